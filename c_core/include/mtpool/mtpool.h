@@ -1,0 +1,229 @@
+/*
+ * mtpool: a multi-threaded pool allocator.
+ *
+ * Public C ABI. Compiles as C99, C11 and C++. Every function is thread-safe unless its comment
+ * says otherwise. Allocation functions return NULL and set errno (ENOMEM, or EINVAL for a bad
+ * alignment) on failure; misuse of a pointer (double free, a pointer mtpool never gave out, a wrong
+ * size) is reported to the error handler (see mtp_set_error_handler).
+ */
+#ifndef MTPOOL_MTPOOL_H
+#define MTPOOL_MTPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MTPOOL_VERSION_MAJOR 0
+#define MTPOOL_VERSION_MINOR 1
+#define MTPOOL_VERSION_PATCH 0
+/* One integer for compile-time comparisons: major*10000 + minor*100 + patch. */
+#define MTPOOL_VERSION \
+  (MTPOOL_VERSION_MAJOR * 10000 + MTPOOL_VERSION_MINOR * 100 + MTPOOL_VERSION_PATCH)
+
+/* ------------------------------------------------------------------------------------------------
+ * Attributes
+ * ----------------------------------------------------------------------------------------------*/
+/* The library is built with hidden visibility: only what carries MTP_API is exported. */
+#if defined(__GNUC__)
+#define MTP_API __attribute__((visibility("default")))
+#else
+#define MTP_API
+#endif
+
+#if defined(__GNUC__)
+#define MTP_ATTR_MALLOC __attribute__((malloc))
+#define MTP_ATTR_ALLOC_SIZE(n) __attribute__((alloc_size(n)))
+#define MTP_ATTR_ALLOC_SIZE2(n, m) __attribute__((alloc_size(n, m)))
+#define MTP_ATTR_WARN_UNUSED __attribute__((warn_unused_result))
+#else
+#define MTP_ATTR_MALLOC
+#define MTP_ATTR_ALLOC_SIZE(n)
+#define MTP_ATTR_ALLOC_SIZE2(n, m)
+#define MTP_ATTR_WARN_UNUSED
+#endif
+
+#if defined(__cplusplus)
+#define MTP_NOEXCEPT noexcept
+extern "C" {
+#else
+#define MTP_NOEXCEPT
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Types
+ * ----------------------------------------------------------------------------------------------*/
+
+/* An independent pool of memory. Opaque; create with mtp_pool_create, or use mtp_default_pool(). */
+typedef struct mtp_pool mtp_pool_t;
+
+/* Pool options. Always fill with mtp_options_init() first, then change fields: new fields may be
+ * added at the end in later versions. The default pool takes its options from the environment
+ * (MTPOOL_<FIELD>, e.g. MTPOOL_CHECK=1), read once, at its first use. */
+typedef struct mtp_options {
+  /* Pool name shown in statistics reports. Copied (at most 47 bytes kept). NULL: "pool-<id>".
+   * Default pool: "default" (MTPOOL_NAME). */
+  const char *name;
+  /* Milliseconds an empty slab stays resident before its pages are returned to the OS.
+   * Default 250; range 0 (return at once) .. 3600000; -1: never by itself, only mtp_pool_trim.
+   * (MTPOOL_PURGE_DELAY_MS) */
+  long purge_delay_ms;
+  /* Bytes of empty slabs each thread keeps for reuse per pool, so that a thread alternating
+   * allocation and release of a slab's worth of blocks does not go back to the pool every time.
+   * Default 262144 (256 KiB); range 0 .. 1 GiB. (MTPOOL_THREAD_CACHE_BYTES) */
+  size_t thread_cache_bytes;
+  /* Checked mode: 1 validates every free (double free, foreign and interior pointers, exact
+   * size), puts a canary after each block and fills freed blocks with a pattern checked on reuse.
+   * Slower (takes the pool lock on every call). Default 0. (MTPOOL_CHECK) */
+  int check;
+} mtp_options_t;
+
+/* Per-size-class statistics. */
+typedef struct mtp_class_stats {
+  size_t block_size;    /* bytes per block of this class */
+  size_t blocks_in_use; /* blocks handed out and not yet freed */
+  size_t slabs;         /* slabs of this class currently formatted (owned, abandoned or partial) */
+  size_t slab_bytes;    /* bytes those slabs span */
+} mtp_class_stats_t;
+
+#define MTP_STATS_MAX_CLASSES 64
+
+/* Pool statistics. Exact when no thread is allocating or freeing in the pool; while threads run
+ * the figures are a close, racy snapshot. Collecting them costs no atomic on the fast path. */
+typedef struct mtp_stats {
+  char name[48];           /* the pool's name */
+  size_t bytes_in_use;     /* bytes of blocks in use (block sizes, plus large blocks' mappings) */
+  size_t blocks_in_use;    /* blocks in use, small and large */
+  size_t bytes_reserved;   /* bytes mapped from the OS and not returned (purged pages excluded) */
+  size_t bytes_free;       /* bytes_reserved - bytes_in_use: held for reuse, metadata included */
+  size_t bytes_mapped;     /* address space mapped, purged pages included */
+  size_t large_blocks;     /* blocks above the largest size class, mapped one each */
+  size_t large_bytes;      /* bytes mapped for those */
+  uint64_t allocs;         /* cumulative successful allocations */
+  uint64_t frees;          /* cumulative frees (allocs - blocks_in_use) */
+  uint64_t remote_frees;   /* cumulative frees by a thread other than the block's owner */
+  uint64_t bytes_returned; /* cumulative bytes given back to the OS (purged or unmapped) */
+  unsigned num_classes;    /* entries used in classes[] */
+  mtp_class_stats_t classes[MTP_STATS_MAX_CLASSES];
+} mtp_stats_t;
+
+/* Misuse codes passed to the error handler (errno values, so strerror() reads them). */
+#define MTP_ERR_DOUBLE_FREE 11 /* EAGAIN: the block was already free */
+#define MTP_ERR_INVALID_POINTER 14 /* EFAULT: not a block mtpool gave out, or an interior pointer */
+#define MTP_ERR_WRONG_SIZE 22 /* EINVAL: mtp_free_sized given a size the block was not made for */
+#define MTP_ERR_OVERFLOW 75 /* EOVERFLOW: (checked mode) bytes past the block's end were written */
+#define MTP_ERR_USE_AFTER_FREE 84 /* EILSEQ: (checked mode) a freed block was written to */
+
+/* Error handler: err is an MTP_ERR_* code, message says what happened, ptr is the pointer at fault.
+ * Called on the thread that found the fault. If it returns, the operation is abandoned (the block
+ * is neither freed nor reused), and the pool goes on working. */
+typedef void (*mtp_error_fn)(int err, const char *message, void *ptr, void *arg);
+
+/* ------------------------------------------------------------------------------------------------
+ * Version and options
+ * ----------------------------------------------------------------------------------------------*/
+
+/* The library's version as "major.minor.patch" (static string). */
+MTP_API const char *mtp_version(void) MTP_NOEXCEPT;
+
+/* Fill *opt with the defaults documented at each field. opt must not be NULL. */
+MTP_API void mtp_options_init(mtp_options_t *opt) MTP_NOEXCEPT;
+
+/* ------------------------------------------------------------------------------------------------
+ * The process-wide default pool
+ * ----------------------------------------------------------------------------------------------*/
+
+/* Allocate size bytes (0 gives a unique, freeable block) from the default pool, aligned to the
+ * largest power of two dividing the block size, capped at 16. NULL + ENOMEM if memory runs out. */
+MTP_API void *mtp_alloc(size_t size) MTP_NOEXCEPT MTP_ATTR_MALLOC MTP_ATTR_ALLOC_SIZE(1);
+
+/* Allocate count*size zeroed bytes. NULL + ENOMEM on overflow of count*size or out of memory. */
+MTP_API void *mtp_calloc(size_t count, size_t size) MTP_NOEXCEPT MTP_ATTR_MALLOC
+    MTP_ATTR_ALLOC_SIZE2(1, 2);
+
+/* Resize p's block (from any pool; the new block comes from the same pool). p NULL: like
+ * mtp_alloc. size 0: gives a minimal block. On failure returns NULL + ENOMEM and p is untouched. */
+MTP_API void *mtp_realloc(void *p, size_t size) MTP_NOEXCEPT MTP_ATTR_ALLOC_SIZE(2);
+
+/* Allocate size bytes aligned to alignment (a power of two, any size). NULL + EINVAL if alignment
+ * is not a power of two, NULL + ENOMEM if memory runs out. Free with mtp_free/mtp_free_sized. */
+MTP_API void *mtp_alloc_aligned(size_t size, size_t alignment) MTP_NOEXCEPT MTP_ATTR_MALLOC
+    MTP_ATTR_ALLOC_SIZE(1);
+
+/* Free a block of any pool, from any thread. NULL is a no-op. A pointer mtpool never gave out,
+ * and a double free, are reported to the error handler (see the README for which mode finds what). */
+MTP_API void mtp_free(void *p) MTP_NOEXCEPT;
+
+/* Free p, whose requested size was size (or any size up to mtp_usable_size(p)). Faster to
+ * validate than mtp_free; a size the block cannot have been made for is reported
+ * (MTP_ERR_WRONG_SIZE) and the block is left alone. */
+MTP_API void mtp_free_sized(void *p, size_t size) MTP_NOEXCEPT;
+
+/* Bytes usable in p's block (>= the size requested). 0 for NULL; a foreign pointer is reported. */
+MTP_API size_t mtp_usable_size(const void *p) MTP_NOEXCEPT;
+
+/* ------------------------------------------------------------------------------------------------
+ * Independent pools
+ * ----------------------------------------------------------------------------------------------*/
+
+/* Create a pool. opt NULL: defaults. NULL + ENOMEM if out of memory or too many pools are live
+ * (at most 1023 besides the default pool). */
+MTP_API mtp_pool_t *mtp_pool_create(const mtp_options_t *opt) MTP_NOEXCEPT;
+
+/* Destroy pool and release all its memory at once, blocks in use included. No thread may use the
+ * pool or its blocks during or after the call. NULL and the default pool are ignored. */
+MTP_API void mtp_pool_destroy(mtp_pool_t *pool) MTP_NOEXCEPT;
+
+/* The process-wide default pool (never NULL, never destroyed). */
+MTP_API mtp_pool_t *mtp_default_pool(void) MTP_NOEXCEPT;
+
+/* Allocate from pool (NULL: the default pool); as mtp_alloc. */
+MTP_API void *mtp_pool_alloc(mtp_pool_t *pool, size_t size) MTP_NOEXCEPT MTP_ATTR_MALLOC
+    MTP_ATTR_ALLOC_SIZE(2);
+
+/* Allocate zeroed count*size bytes from pool (NULL: the default pool); as mtp_calloc. */
+MTP_API void *mtp_pool_calloc(mtp_pool_t *pool, size_t count, size_t size) MTP_NOEXCEPT
+    MTP_ATTR_MALLOC MTP_ATTR_ALLOC_SIZE2(2, 3);
+
+/* Allocate aligned memory from pool (NULL: the default pool); as mtp_alloc_aligned. */
+MTP_API void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) MTP_NOEXCEPT
+    MTP_ATTR_MALLOC MTP_ATTR_ALLOC_SIZE(2);
+
+/* The pool that p's block belongs to; NULL for NULL or a pointer mtpool never gave out. */
+MTP_API mtp_pool_t *mtp_pool_of(const void *p) MTP_NOEXCEPT;
+
+/* The pool's name (valid while the pool lives). */
+MTP_API const char *mtp_pool_name(const mtp_pool_t *pool) MTP_NOEXCEPT;
+
+/* ------------------------------------------------------------------------------------------------
+ * Memory back to the OS, statistics, errors
+ * ----------------------------------------------------------------------------------------------*/
+
+/* Return every empty page of pool (NULL: the default pool) to the OS now, including empty slabs
+ * other threads keep cached and slabs emptied by other threads' frees. Returns the bytes returned. */
+MTP_API size_t mtp_pool_trim(mtp_pool_t *pool) MTP_NOEXCEPT;
+
+/* Hand the calling thread's cached memory in every pool back to the pools (empty slabs, slabs
+ * being allocated from). Later allocations on this thread start afresh. Thread exit does this. */
+MTP_API void mtp_thread_flush(void) MTP_NOEXCEPT;
+
+/* Fill *out with pool's statistics (pool NULL: the default pool). Returns 0, or EINVAL if out is
+ * NULL. */
+MTP_API int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) MTP_NOEXCEPT;
+
+/* Print pool's statistics (NULL: the default pool) as a human-readable table to out. Returns 0, or
+ * EINVAL if out is NULL, or EIO if writing failed. Does not allocate from mtpool. */
+MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
+
+/* Print one report across every live pool, by name: blocks, bytes in use, bytes per block,
+ * reserved and free bytes, and totals. Returns 0, EINVAL (out NULL) or EIO. */
+MTP_API int mtp_print_stats(FILE *out) MTP_NOEXCEPT;
+
+/* Install the misuse handler for the whole process (fn NULL: the default, which prints the fault
+ * and the pointer on stderr and aborts). arg is passed back to fn. */
+MTP_API void mtp_set_error_handler(mtp_error_fn fn, void *arg) MTP_NOEXCEPT;
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif /* MTPOOL_MTPOOL_H */
