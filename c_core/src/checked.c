@@ -1,0 +1,137 @@
+/* Checked mode: every allocation and free of a checked pool runs under the pool lock, with an
+ * allocation bitmap per slab. A block of a checked pool holds [user bytes][canary][u32 requested
+ * size]; freed blocks are filled with a pattern that is verified when the block is reused.
+ * Found here: double free, foreign and interior pointers, a wrong size to a sized free, writes
+ * past the requested size, writes to a freed block. Calls slab.c, region.c, large.c. */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+#include "track.h"
+
+#define FOOTER 4        /* u32 requested size at the block's end */
+#define MIN_CANARY 4
+#define CANARY 0xCA
+#define FREED 0xDF
+
+static bool bit_get(const uint8_t *bits, uint32_t i) { return bits[i >> 3] >> (i & 7) & 1; }
+static void bit_set(uint8_t *bits, uint32_t i) { bits[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static void bit_clear(uint8_t *bits, uint32_t i) { bits[i >> 3] &= (uint8_t)~(1u << (i & 7)); }
+
+static uint32_t *footer(mtp_slab_t *s, void *b) {
+  return (uint32_t *)((char *)b + s->block_size - FOOTER);
+}
+
+/* Pool lock held. A block of class cls, or NULL (ENOMEM). */
+static void *take_block(mtp_pool_internal_t *pool, unsigned cls) {
+  for (;;) {
+    mtp_slab_t *s = pool->checked_current[cls];
+    if (s == NULL || (s->free == NULL && s->bump >= s->end)) {
+      s = mtp__region_alloc_span(pool, mtp__class_pages[cls]);
+      if (s == NULL) return NULL;
+      mtp__slab_format(s, cls, true);
+      s->check_bits = mtp__meta_alloc((s->capacity + 7) / 8);
+      if (s->check_bits == NULL) {
+        mtp__region_free_span(pool, s, 0);
+        return NULL;
+      }
+      pool->checked_current[cls] = s;
+    }
+    char *b;
+    if (s->free != NULL) {
+      mtp_block_t *blk = s->free;
+      mtp__track_alloc(blk, s->block_size);
+      s->free = mtp__block_next(blk);
+      b = (char *)blk;
+      bool intact = true;
+      for (size_t i = sizeof(mtp_block_t); i < s->block_size; i++) intact = intact && (unsigned char)b[i] == FREED;
+      if (!intact) {
+        /* Keep the block out of circulation (bit stays clear, so freeing it is reported). */
+        pthread_mutex_unlock(&pool->lock);
+        mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", b);
+        pthread_mutex_lock(&pool->lock);
+        continue;
+      }
+    } else {
+      b = s->bump;
+      s->bump += s->block_size;
+      mtp__track_alloc(b, s->block_size);
+    }
+    bit_set(s->check_bits, (uint32_t)((b - mtp__slab_start(s)) / s->block_size));
+    s->used++;
+    return b;
+  }
+}
+
+void *mtp__checked_alloc(mtp_pool_internal_t *pool, size_t size, size_t alignment) {
+  size_t need = size + FOOTER + MIN_CANARY;
+  if (need < size) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t natural = size >= 16 ? 16 : (size_t)1 << __builtin_ctzll(size | 16);
+  size_t align = alignment > natural ? alignment : natural;
+  unsigned cls = need <= MTP_MAX_SMALL ? mtp__class_aligned(need, align) : MTP_NUM_CLASSES;
+  if (cls >= MTP_NUM_CLASSES) return mtp__large_alloc(pool, size, alignment);
+  pthread_mutex_lock(&pool->lock);
+  char *b = take_block(pool, cls);
+  if (b != NULL) {
+    mtp_slab_t *s = mtp__page_desc((uintptr_t)b);
+    if (s->kind == MTP_PAGE_TAIL) s -= s->head_delta;
+    memset(b + size, CANARY, s->block_size - FOOTER - size);
+    *footer(s, b) = (uint32_t)size;
+    pool->checked_allocs++;
+  }
+  pthread_mutex_unlock(&pool->lock);
+  if (b == NULL) errno = ENOMEM;
+  return b;
+}
+
+void mtp__checked_free(mtp_slab_t *s, void *p, size_t size, bool sized) {
+  mtp_pool_internal_t *pool = mtp__slab_pool(s);
+  int err = 0;
+  const char *what = NULL;
+  char *b = p;
+  pthread_mutex_lock(&pool->lock);
+  size_t off = (size_t)(b - mtp__slab_start(s));
+  uint32_t idx = (uint32_t)(off / s->block_size);
+  if (s->kind != MTP_PAGE_SLAB || off % s->block_size != 0 || b >= s->end) {
+    err = MTP_ERR_INVALID_POINTER;
+    what = "invalid pointer (not the start of a block)";
+  } else if (!bit_get(s->check_bits, idx)) {
+    err = MTP_ERR_DOUBLE_FREE;
+    what = "double free (the block is not allocated)";
+  } else {
+    uint32_t req = *footer(s, b);
+    if (sized && size != req) {
+      err = MTP_ERR_WRONG_SIZE;
+      what = "wrong size (differs from the size requested)";
+    } else {
+      for (size_t i = req; i < s->block_size - FOOTER; i++)
+        if ((unsigned char)b[i] != CANARY) {
+          err = MTP_ERR_OVERFLOW;
+          what = "buffer overflow (bytes past the requested size were written)";
+          break;
+        }
+    }
+  }
+  if (err) {
+    pthread_mutex_unlock(&pool->lock);
+    mtp__error(err, what, p);
+    return;
+  }
+  bit_clear(s->check_bits, idx);
+  memset(b + sizeof(mtp_block_t), FREED, s->block_size - sizeof(mtp_block_t));
+  mtp__block_set_next((mtp_block_t *)b, s->free);
+  mtp__track_free(b, s->block_size);
+  s->free = (mtp_block_t *)b;
+  if (--s->used == 0 && pool->checked_current[s->cls] != s) {
+    mtp__pool_release_slab(pool, s, mtp__os_now_ms());
+  }
+  pthread_mutex_unlock(&pool->lock);
+}
+
+size_t mtp__checked_usable(mtp_slab_t *s, const void *p) {
+  return *footer(s, (void *)p);
+}

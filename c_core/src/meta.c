@@ -1,0 +1,69 @@
+/* Internal records: pools, heaps, per-thread records, large-block records, checked-mode bitmaps.
+ * Records of one size share a free list; memory comes from the OS in 256 KiB chunks and is never
+ * unmapped, so a stale pointer to a record can always be read (the heap binding checks rely on
+ * that). Calls only os.c. */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+
+#define META_CHUNK (256 * 1024)
+#define META_CLASSES 8 /* 64 B .. 8 KiB and above: powers of two */
+
+typedef struct meta_free {
+  struct meta_free *next;
+} meta_free_t;
+
+pthread_mutex_t mtp__meta_lock = PTHREAD_MUTEX_INITIALIZER;
+static meta_free_t *meta_lists[META_CLASSES + 8];
+static char *meta_bump, *meta_end;
+
+static unsigned meta_class(size_t size) {
+  unsigned c = 0;
+  size_t s = 64;
+  while (s < size) {
+    s <<= 1;
+    c++;
+  }
+  return c;
+}
+
+void *mtp__meta_alloc(size_t size) {
+  unsigned c = meta_class(size);
+  size_t rsize = (size_t)64 << c;
+  void *p = NULL;
+  pthread_mutex_lock(&mtp__meta_lock);
+  if (meta_lists[c]) {
+    p = meta_lists[c];
+    meta_lists[c] = meta_lists[c]->next;
+  } else {
+    if (meta_bump == NULL || (size_t)(meta_end - meta_bump) < rsize) {
+      size_t chunk = rsize > META_CHUNK ? rsize : META_CHUNK;
+      char *m = mtp__os_map(chunk, 4096);
+      if (m == NULL) {
+        pthread_mutex_unlock(&mtp__meta_lock);
+        errno = ENOMEM;
+        return NULL;
+      }
+      /* The rest of the old chunk is left unused: records are small and few. */
+      meta_bump = m;
+      meta_end = m + chunk;
+    }
+    p = meta_bump;
+    meta_bump += rsize;
+  }
+  pthread_mutex_unlock(&mtp__meta_lock);
+  memset(p, 0, size);
+  return p;
+}
+
+void mtp__meta_free(void *p, size_t size) {
+  if (p == NULL) return;
+  unsigned c = meta_class(size);
+  pthread_mutex_lock(&mtp__meta_lock);
+  meta_free_t *f = p;
+  f->next = meta_lists[c];
+  meta_lists[c] = f;
+  pthread_mutex_unlock(&mtp__meta_lock);
+}

@@ -1,0 +1,39 @@
+/* Options: defaults, validation, and the MTPOOL_<FIELD> environment variables the default pool
+ * reads once at its creation. Depends on nothing. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+void mtp_options_init(mtp_options_t *opt) {
+  if (opt == NULL) return;
+  opt->name = NULL;
+  opt->purge_delay_ms = 250;
+  opt->thread_cache_bytes = 256 * 1024;
+  opt->check = 0;
+}
+
+static bool env_long(const char *name, long *out) {
+  const char *v = getenv(name);
+  if (v == NULL || *v == 0) return false;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end != 0) return false; /* not a number: keep the default */
+  *out = x;
+  return true;
+}
+
+void mtp__options_from_env(mtp_options_t *opt) {
+  long v;
+  const char *name = getenv("MTPOOL_NAME");
+  if (name && *name) opt->name = name;
+  if (env_long("MTPOOL_PURGE_DELAY_MS", &v)) opt->purge_delay_ms = v;
+  if (env_long("MTPOOL_THREAD_CACHE_BYTES", &v) && v >= 0) opt->thread_cache_bytes = (size_t)v;
+  if (env_long("MTPOOL_CHECK", &v)) opt->check = v != 0;
+}
+
+void mtp__options_sanitize(mtp_options_t *opt) {
+  if (opt->purge_delay_ms < -1) opt->purge_delay_ms = -1;
+  if (opt->purge_delay_ms > 3600000) opt->purge_delay_ms = 3600000;
+  if (opt->thread_cache_bytes > ((size_t)1 << 30)) opt->thread_cache_bytes = (size_t)1 << 30;
+  opt->check = opt->check != 0;
+}

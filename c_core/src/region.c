@@ -1,0 +1,217 @@
+/* Regions: 4 MiB of address space aligned to 4 MiB, cut into 16 KiB pages. The region header and
+ * the page descriptors sit in the first pages; the rest are handed out as spans of 1..16 pages
+ * (aligned to their length) for slabs. Free pages are tracked in two bitmaps: free, and free but
+ * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
+ * are all free and clean is unmapped. Everything here runs under the pool lock. Calls os.c. */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+#include "track.h"
+
+_Atomic(uint8_t) mtp__chunkmap[MTP_CHUNKMAP_SIZE];
+
+#define WORDS (MTP_PAGES_PER_REGION / 64)
+#define FIRST_PAGE MTP_REGION_HEADER_PAGES
+#define USABLE_PAGES (MTP_PAGES_PER_REGION - MTP_REGION_HEADER_PAGES)
+
+_Static_assert(MTP_REGION_HEADER_PAGES < 8, "region header must stay small");
+
+static void list_remove(mtp_pool_internal_t *pool, mtp_region_t *r) {
+  if (r->h.prev)
+    r->h.prev->h.next = r->h.next;
+  else
+    pool->regions = r->h.next;
+  if (r->h.next) r->h.next->h.prev = r->h.prev;
+  r->h.next = r->h.prev = NULL;
+}
+
+static void list_push_front(mtp_pool_internal_t *pool, mtp_region_t *r) {
+  r->h.prev = NULL;
+  r->h.next = pool->regions;
+  if (pool->regions) pool->regions->h.prev = r;
+  pool->regions = r;
+}
+
+/* Regions with free pages stay in front, so a search can stop at the first full one. */
+static void list_push_back(mtp_pool_internal_t *pool, mtp_region_t *r) {
+  mtp_region_t *t = pool->regions;
+  if (t == NULL) {
+    list_push_front(pool, r);
+    return;
+  }
+  while (t->h.next) t = t->h.next;
+  t->h.next = r;
+  r->h.prev = t;
+  r->h.next = NULL;
+}
+
+static mtp_region_t *region_new(mtp_pool_internal_t *pool) {
+  mtp_region_t *r = mtp__os_map(MTP_REGION_SIZE, MTP_REGION_SIZE);
+  if (r == NULL) return NULL;
+  uintptr_t idx = (uintptr_t)r >> MTP_REGION_SHIFT;
+  if (idx >= MTP_CHUNKMAP_SIZE) { /* beyond the address bits the chunk map covers */
+    mtp__os_unmap(r, MTP_REGION_SIZE);
+    errno = ENOMEM;
+    return NULL;
+  }
+  r->h.magic = MTP_REGION_MAGIC;
+  r->h.pool = pool;
+  for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
+    if (i < FIRST_PAGE)
+      r->slabs[i].kind = MTP_PAGE_HEADER;
+    else
+      r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
+  }
+  r->h.free_pages = USABLE_PAGES;
+  mtp__track_poison((char *)r + FIRST_PAGE * MTP_PAGE_SIZE, USABLE_PAGES * MTP_PAGE_SIZE);
+  atomic_store_explicit(&mtp__chunkmap[idx], 1, memory_order_relaxed);
+  pool->mapped_bytes += MTP_REGION_SIZE;
+  pool->clean_bytes += USABLE_PAGES * MTP_PAGE_SIZE;
+  list_push_front(pool, r);
+  return r;
+}
+
+static void region_unmap(mtp_pool_internal_t *pool, mtp_region_t *r) {
+  list_remove(pool, r);
+  atomic_store_explicit(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0, memory_order_relaxed);
+  pool->mapped_bytes -= MTP_REGION_SIZE;
+  /* Addresses may be reused by anyone after the unmap: leave no poison behind. */
+  mtp__track_alloc(r, MTP_REGION_SIZE);
+  mtp__os_unmap(r, MTP_REGION_SIZE);
+}
+
+/* Positions i (multiples of k) where bits i..i+k-1 of w are all set. */
+static uint64_t runs_of(uint64_t w, unsigned k) {
+  static const uint64_t align[5] = {~0ull, 0x5555555555555555ull, 0x1111111111111111ull,
+                                    0x0101010101010101ull, 0x0001000100010001ull};
+  unsigned lg = 0;
+  for (unsigned j = 1; j < k; j <<= 1) {
+    w &= w >> j;
+    lg++;
+  }
+  return w & align[lg];
+}
+
+static int find_run(mtp_region_t *r, unsigned k, bool dirty_only) {
+  for (unsigned wi = 0; wi < WORDS; wi++) {
+    uint64_t w = r->h.free_mask[wi];
+    if (dirty_only) w &= r->h.dirty_mask[wi];
+    uint64_t m = runs_of(w, k);
+    if (m) return (int)(wi * 64 + (unsigned)__builtin_ctzll(m));
+  }
+  return -1;
+}
+
+mtp_slab_t *mtp__region_alloc_span(mtp_pool_internal_t *pool, unsigned pages) {
+  mtp_region_t *found = NULL;
+  int at = -1;
+  /* Prefer pages still resident (no page faults), then any free pages, then a new region. */
+  for (int pass = 0; pass < 2 && found == NULL; pass++) {
+    for (mtp_region_t *r = pool->regions; r && r->h.free_pages > 0; r = r->h.next) {
+      if (r->h.free_pages < pages) continue;
+      at = find_run(r, pages, pass == 0);
+      if (at >= 0) {
+        found = r;
+        break;
+      }
+    }
+  }
+  if (found == NULL) {
+    found = region_new(pool);
+    if (found == NULL) return NULL;
+    at = find_run(found, pages, false);
+  }
+  for (unsigned i = (unsigned)at; i < (unsigned)at + pages; i++) {
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (!(found->h.dirty_mask[i / 64] & bit)) pool->clean_bytes -= MTP_PAGE_SIZE;
+    found->h.free_mask[i / 64] &= ~bit;
+    found->h.dirty_mask[i / 64] &= ~bit;
+  }
+  found->h.free_pages -= pages;
+  if (found->h.free_pages == 0) { /* full: to the back */
+    list_remove(pool, found);
+    list_push_back(pool, found);
+  }
+  mtp_slab_t *s = &found->slabs[at];
+  s->pages = (uint8_t)pages;
+  for (unsigned i = 1; i < pages; i++) {
+    memset(&s[i], 0, sizeof(mtp_slab_t));
+    s[i].kind = MTP_PAGE_TAIL;
+    s[i].head_delta = (uint16_t)i;
+  }
+  return s;
+}
+
+void mtp__region_free_span(mtp_pool_internal_t *pool, mtp_slab_t *s, uint64_t now_ms) {
+  mtp_region_t *r = mtp__region_of((uintptr_t)s);
+  unsigned first = (unsigned)(s - r->slabs), pages = s->pages;
+  mtp__track_poison(mtp__slab_start(s), (size_t)pages << MTP_PAGE_SHIFT);
+  for (unsigned i = first; i < first + pages; i++) {
+    mtp_slab_t *d = &r->slabs[i];
+    mtp__store_relaxed(&d->owner, 0);
+    d->kind = MTP_PAGE_FREE;
+    d->list = MTP_LIST_NONE;
+    d->free_time_ms = now_ms;
+    d->check_bits = NULL;
+    d->pages = 1;
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    r->h.free_mask[i / 64] |= bit;
+    r->h.dirty_mask[i / 64] |= bit;
+  }
+  bool was_full = r->h.free_pages == 0;
+  r->h.free_pages += pages;
+  if (was_full) { /* has free pages again: to the front */
+    list_remove(pool, r);
+    list_push_front(pool, r);
+  }
+}
+
+size_t mtp__region_purge(mtp_pool_internal_t *pool, uint64_t now_ms, bool force) {
+  size_t returned = 0;
+  long delay = pool->purge_delay_ms;
+  mtp_region_t *next;
+  for (mtp_region_t *r = pool->regions; r; r = next) {
+    next = r->h.next;
+    if (r->h.free_pages == 0) break; /* the rest are full */
+    for (unsigned wi = 0; wi < WORDS; wi++) {
+      uint64_t w = r->h.dirty_mask[wi];
+      while (w) {
+        unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
+        /* a run of consecutive dirty pages that are all due */
+        unsigned j = i;
+        while (j < (wi + 1) * 64 && (w >> (j - wi * 64) & 1) &&
+               (force || (delay >= 0 && r->slabs[j].free_time_ms + (uint64_t)delay <= now_ms)))
+          j++;
+        if (j == i) {
+          w &= w - 1;
+          continue;
+        }
+        size_t len = (size_t)(j - i) << MTP_PAGE_SHIFT;
+        mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), len);
+        uint64_t bits = (j - i == 64) ? ~0ull : (((uint64_t)1 << (j - i)) - 1) << (i - wi * 64);
+        r->h.dirty_mask[wi] &= ~bits;
+        w &= ~bits;
+        pool->clean_bytes += len;
+        returned += len;
+      }
+    }
+    if (r->h.free_pages == USABLE_PAGES) {
+      bool clean = true;
+      for (unsigned wi = 0; wi < WORDS; wi++) clean = clean && r->h.dirty_mask[wi] == 0;
+      if (clean) {
+        pool->clean_bytes -= USABLE_PAGES * MTP_PAGE_SIZE;
+        returned += FIRST_PAGE * MTP_PAGE_SIZE; /* the header pages go too */
+        region_unmap(pool, r);
+      }
+    }
+  }
+  __atomic_fetch_add(&pool->bytes_returned, returned, __ATOMIC_RELAXED);
+  return returned;
+}
+
+void mtp__region_unmap_all(mtp_pool_internal_t *pool) {
+  while (pool->regions) region_unmap(pool, pool->regions);
+  pool->clean_bytes = 0;
+}

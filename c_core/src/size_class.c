@@ -1,0 +1,50 @@
+/* Size classes: 8-byte steps to 128 B, 16-byte steps to 256 B, then four classes per doubling
+ * up to 32 KiB (at most 25% rounding above 256 B, usually 12.5-20%). 24, 40, 48 and 56-byte
+ * container nodes take exactly their size. A class's slab spans the fewest pages (1..16) that hold
+ * at least 8 blocks with at most 1/8 of the span left over. tests/test_size_class.c checks these
+ * tables against those rules. Depends on nothing. */
+#include "internal.h"
+
+const uint32_t mtp__class_size[MTP_NUM_CLASSES] = {
+    8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104,
+    112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 256, 320, 384,
+    448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584,
+    4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
+};
+
+const uint8_t mtp__class_pages[MTP_NUM_CLASSES] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16,
+};
+
+/* [(size + 7) >> 3] -> smallest class holding size, for size <= MTP_DIRECT_MAX. */
+const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1] = {
+    0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 16, 17, 17, 18, 18, 19, 19, 20,
+    20, 21, 21, 22, 22, 23, 23, 24, 24, 24, 24, 24, 24, 24, 24, 25, 25, 25, 25, 25, 25, 25, 25, 26, 26, 26,
+    26, 26, 26, 26, 26, 27, 27, 27, 27, 27, 27, 27, 27, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28,
+    28, 28, 28, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 29, 30, 30, 30, 30, 30, 30, 30,
+    30, 30, 30, 30, 30, 30, 30, 30, 30, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31,
+};
+
+unsigned mtp__class_of(size_t size) {
+  if (size <= MTP_DIRECT_MAX) return mtp__class_direct[(size + 7) >> 3];
+  /* Above 1 KiB: four classes per doubling. */
+  unsigned lo = mtp__class_direct[MTP_DIRECT_MAX >> 3], hi = MTP_NUM_CLASSES - 1;
+  while (lo < hi) {
+    unsigned mid = (lo + hi) / 2;
+    if (mtp__class_size[mid] >= size)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+unsigned mtp__class_aligned(size_t size, size_t alignment) {
+  if (size > MTP_MAX_SMALL) return MTP_NUM_CLASSES;
+  for (unsigned c = mtp__class_of(size); c < MTP_NUM_CLASSES; c++) {
+    uint32_t s = mtp__class_size[c];
+    if ((s & (0u - s)) >= alignment) return c; /* every block start is a multiple of s */
+  }
+  return MTP_NUM_CLASSES;
+}

@@ -1,0 +1,150 @@
+/* Statistics: gathered on demand by walking a pool's slab descriptors, heaps and large blocks.
+ * The fast path keeps only plain per-slab and per-heap counters; reading those from here races
+ * with their owners by design (see MTP_NO_TSAN): figures are exact once threads are quiet.
+ * Reports are formatted into a stack buffer and written with fputs: nothing here allocates from
+ * mtpool. Calls pool and region structures under their locks. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+MTP_NO_TSAN static size_t slab_in_use(mtp_slab_t *s) {
+  uintptr_t w = mtp__load_relaxed(&s->thread_free);
+  uint32_t pending = MTP_TF_COUNT(w);
+  uint32_t base = (w & MTP_TF_OWNED) ? *(volatile uint32_t *)&s->used : s->detached_used;
+  return base > pending ? base - pending : 0;
+}
+
+/* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot. */
+MTP_NO_TSAN static void slab_account(mtp_slab_t *s, mtp_stats_t *out) {
+  if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB) return;
+  unsigned cls = s->cls;
+  if (cls >= MTP_NUM_CLASSES) return;
+  mtp_class_stats_t *cs = &out->classes[cls];
+  size_t n = slab_in_use(s);
+  cs->blocks_in_use += n;
+  cs->slabs++;
+  cs->slab_bytes += (size_t)s->pages << MTP_PAGE_SHIFT;
+  out->blocks_in_use += n;
+  out->bytes_in_use += n * s->block_size;
+}
+
+MTP_NO_TSAN static uint64_t heap_allocs(mtp_heap_t *h) { return *(volatile uint64_t *)&h->allocs; }
+MTP_NO_TSAN static uint64_t heap_remote(mtp_heap_t *h) {
+  return *(volatile uint64_t *)&h->remote_collected;
+}
+
+void mtp__stats_collect(mtp_pool_internal_t *p, mtp_stats_t *out) {
+  memset(out, 0, sizeof(*out));
+  memcpy(out->name, p->name, sizeof(out->name));
+  out->num_classes = MTP_NUM_CLASSES;
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) out->classes[c].block_size = mtp__class_size[c];
+  uint64_t allocs, remote;
+  mtp__pool_lock(p);
+  for (mtp_region_t *r = p->regions; r; r = r->h.next) {
+    for (unsigned i = MTP_REGION_HEADER_PAGES; i < MTP_PAGES_PER_REGION; i++)
+      slab_account(&r->slabs[i], out);
+  }
+  allocs = p->dead_allocs + p->checked_allocs;
+  remote = p->dead_remote;
+  for (mtp_heap_t *h = p->heaps; h; h = h->pool_next) {
+    allocs += heap_allocs(h);
+    remote += heap_remote(h);
+  }
+  out->bytes_mapped = p->mapped_bytes;
+  out->bytes_reserved = p->mapped_bytes - p->clean_bytes;
+  mtp__pool_unlock(p);
+  pthread_mutex_lock(&mtp__large_lock);
+  out->large_blocks = p->large_count;
+  out->large_bytes = p->large_bytes;
+  allocs += p->large_allocs;
+  pthread_mutex_unlock(&mtp__large_lock);
+  out->blocks_in_use += out->large_blocks;
+  out->bytes_in_use += out->large_bytes;
+  out->bytes_mapped += out->large_bytes;
+  out->bytes_reserved += out->large_bytes;
+  out->bytes_free = out->bytes_reserved > out->bytes_in_use ? out->bytes_reserved - out->bytes_in_use : 0;
+  out->allocs = allocs;
+  out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;
+  out->remote_frees = remote;
+  out->bytes_returned = __atomic_load_n(&p->bytes_returned, __ATOMIC_RELAXED);
+}
+
+int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) {
+  if (out == NULL) return EINVAL;
+  mtp__stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), out);
+  return 0;
+}
+
+static int put(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static int put(FILE *out, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return fputs(buf, out) < 0 ? EIO : 0;
+}
+
+static int print_one(const mtp_stats_t *st, FILE *out) {
+  int rc = 0;
+  rc |= put(out, "pool \"%s\": %zu blocks, %zu bytes in use; %zu reserved, %zu free, %zu mapped\n",
+            st->name, st->blocks_in_use, st->bytes_in_use, st->bytes_reserved, st->bytes_free,
+            st->bytes_mapped);
+  rc |= put(out, "  allocs %llu, frees %llu (remote %llu), returned to OS %llu bytes, large %zu "
+                 "blocks / %zu bytes\n",
+            (unsigned long long)st->allocs, (unsigned long long)st->frees,
+            (unsigned long long)st->remote_frees, (unsigned long long)st->bytes_returned,
+            st->large_blocks, st->large_bytes);
+  rc |= put(out, "  %10s %12s %14s %8s %12s %9s\n", "block", "in use", "bytes in use", "slabs",
+            "slab bytes", "fill");
+  for (unsigned c = 0; c < st->num_classes; c++) {
+    const mtp_class_stats_t *cs = &st->classes[c];
+    if (cs->slabs == 0) continue;
+    double fill = cs->slab_bytes ? 100.0 * (double)(cs->blocks_in_use * cs->block_size) /
+                                       (double)cs->slab_bytes
+                                 : 0.0;
+    rc |= put(out, "  %10zu %12zu %14zu %8zu %12zu %8.1f%%\n", cs->block_size, cs->blocks_in_use,
+              cs->blocks_in_use * cs->block_size, cs->slabs, cs->slab_bytes, fill);
+  }
+  return rc ? EIO : 0;
+}
+
+int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) {
+  if (out == NULL) return EINVAL;
+  mtp_stats_t st;
+  mtp_pool_stats(pool, &st);
+  return print_one(&st, out);
+}
+
+int mtp_print_stats(FILE *out) {
+  if (out == NULL) return EINVAL;
+  mtp__default();
+  int rc = 0;
+  rc |= put(out, "%-24s %12s %14s %10s %14s %14s\n", "pool", "blocks", "bytes in use",
+            "bytes/blk", "reserved", "free");
+  size_t tb = 0, tu = 0, tr = 0, tf = 0;
+  /* Snapshot the pool list, then gather each pool without holding the registry lock across the
+   * output. */
+  for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
+    mtp_stats_t st;
+    pthread_mutex_lock(&mtp__registry_lock);
+    mtp_pool_internal_t *p = mtp__pool_by_id(id);
+    if (p) mtp__stats_collect(p, &st);
+    pthread_mutex_unlock(&mtp__registry_lock);
+    if (!p) continue;
+    rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", st.name, st.blocks_in_use,
+              st.bytes_in_use,
+              st.blocks_in_use ? (double)st.bytes_in_use / (double)st.blocks_in_use : 0.0,
+              st.bytes_reserved, st.bytes_free);
+    tb += st.blocks_in_use;
+    tu += st.bytes_in_use;
+    tr += st.bytes_reserved;
+    tf += st.bytes_free;
+  }
+  rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", "total", tb, tu,
+            tb ? (double)tu / (double)tb : 0.0, tr, tf);
+  return rc ? EIO : 0;
+}

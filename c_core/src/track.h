@@ -1,0 +1,59 @@
+/* Tool support: tell AddressSanitizer and Valgrind memcheck which bytes are handed out.
+ * Free blocks and never-handed-out slab memory are poisoned (ASan) or inaccessible (memcheck), so
+ * a user's use after free or overflow into a neighbour is reported by the tool. The core reads and
+ * writes a free block's `next` word only through mtp__block_next / mtp__block_set_next. */
+#ifndef MTP_TRACK_H
+#define MTP_TRACK_H
+
+#include "internal.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MTP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MTP_ASAN 1
+#endif
+#endif
+
+#if defined(MTP_ASAN)
+#include <sanitizer/asan_interface.h>
+#define MTP_NO_ASAN __attribute__((no_sanitize("address")))
+#define mtp__track_poison(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define mtp__track_alloc(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#define mtp__track_free(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#elif defined(MTP_VALGRIND) && MTP_VALGRIND
+#include <valgrind/memcheck.h>
+#define MTP_NO_ASAN
+#define mtp__track_poison(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
+#define mtp__track_alloc(p, n) VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, 0)
+#define mtp__track_free(p, n) ((void)(n), VALGRIND_FREELIKE_BLOCK((p), 0))
+#define MTP_TRACK_VALGRIND 1
+#else
+#define MTP_NO_ASAN
+#define mtp__track_poison(p, n) ((void)(p), (void)(n))
+#define mtp__track_alloc(p, n) ((void)(p), (void)(n))
+#define mtp__track_free(p, n) ((void)(p), (void)(n))
+#endif
+
+MTP_NO_ASAN MTP_INLINE mtp_block_t *mtp__block_next(mtp_block_t *b) {
+#if defined(MTP_TRACK_VALGRIND)
+  VALGRIND_MAKE_MEM_DEFINED(b, sizeof(*b));
+  mtp_block_t *n = b->next;
+  VALGRIND_MAKE_MEM_NOACCESS(b, sizeof(*b));
+  return n;
+#else
+  return b->next;
+#endif
+}
+
+MTP_NO_ASAN MTP_INLINE void mtp__block_set_next(mtp_block_t *b, mtp_block_t *n) {
+#if defined(MTP_TRACK_VALGRIND)
+  VALGRIND_MAKE_MEM_UNDEFINED(b, sizeof(*b));
+  b->next = n;
+  VALGRIND_MAKE_MEM_NOACCESS(b, sizeof(*b));
+#else
+  b->next = n;
+#endif
+}
+
+#endif

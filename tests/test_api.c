@@ -1,0 +1,250 @@
+/* The public C API on one thread: allocation paths, sizes and alignment, realloc, pools, stats,
+ * options from the environment, and the misuse reports of the default (fast) mode. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mtpool/mtpool.h"
+#include "testhelper.h"
+
+static int last_err;
+static void *last_ptr;
+static int err_count;
+static void record(int err, const char *msg, void *p, void *arg) {
+  (void)msg;
+  (void)arg;
+  last_err = err;
+  last_ptr = p;
+  err_count++;
+}
+
+static void test_basic(void) {
+  CHECK(strcmp(mtp_version(), "0.1.0") == 0);
+  void *z1 = mtp_alloc(0), *z2 = mtp_alloc(0);
+  CHECK(z1 && z2 && z1 != z2);
+  mtp_free(z1);
+  mtp_free(z2);
+  mtp_free(NULL);
+  mtp_free_sized(NULL, 8);
+  for (size_t n = 1; n <= 70000; n = n < 300 ? n + 1 : n * 5 / 4) {
+    unsigned char *p = mtp_alloc(n);
+    CHECK(p != NULL);
+    size_t want = n & (0 - n);
+    if (want > 16) want = 16;
+    CHECK(((uintptr_t)p & (want - 1)) == 0);
+    CHECK(mtp_usable_size(p) >= n);
+    memset(p, 0xAB, n);
+    CHECK(mtp_pool_of(p) == mtp_default_pool());
+    if (n & 1)
+      mtp_free(p);
+    else
+      mtp_free_sized(p, n);
+  }
+  /* exact node sizes take exactly that many bytes */
+  CHECK_EQ_SZ(mtp_usable_size(mtp_alloc(24)), 24);
+  size_t sizes[] = {24, 40, 48, 56};
+  for (int i = 0; i < 4; i++) {
+    char *a = mtp_alloc(sizes[i]), *b = mtp_alloc(sizes[i]);
+    CHECK_EQ_SZ(mtp_usable_size(a), sizes[i]);
+    CHECK_EQ_SZ((size_t)(b > a ? b - a : a - b), sizes[i]); /* neighbours, no header */
+    mtp_free_sized(a, sizes[i]);
+    mtp_free_sized(b, sizes[i]);
+  }
+}
+
+static void test_calloc_realloc(void) {
+  volatile size_t huge = SIZE_MAX - 10, half = SIZE_MAX / 2; /* runtime values, not constants */
+  errno = 0;
+  CHECK(mtp_calloc(half, 3) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(mtp_alloc(huge) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(mtp_alloc_aligned(huge, 64) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(mtp_realloc(mtp_alloc(8), huge) == NULL && errno == ENOMEM);
+  unsigned char *z = mtp_calloc(100, 7);
+  for (int i = 0; i < 700; i++) CHECK(z[i] == 0);
+  memset(z, 1, 700);
+  mtp_free(z);
+  z = mtp_calloc(100, 7); /* reused memory is zeroed too */
+  for (int i = 0; i < 700; i++) CHECK(z[i] == 0);
+  mtp_free(z);
+  unsigned char *r = mtp_realloc(NULL, 10);
+  for (int i = 0; i < 10; i++) r[i] = (unsigned char)i;
+  size_t grow[] = {20, 100, 5000, 100000, 40, 3};
+  size_t prev = 10;
+  for (int k = 0; k < 6; k++) {
+    r = mtp_realloc(r, grow[k]);
+    CHECK(r != NULL);
+    size_t keep = prev < grow[k] ? prev : grow[k];
+    for (size_t i = 0; i < keep && i < 10; i++) CHECK(r[i] == i);
+    prev = grow[k];
+  }
+  mtp_free(r);
+}
+
+static void test_aligned(void) {
+  errno = 0;
+  CHECK(mtp_alloc_aligned(10, 24) == NULL && errno == EINVAL);
+  for (size_t a = 1; a <= ((size_t)1 << 23); a <<= 1) {
+    size_t sizes[] = {1, 24, 100, 4000, 40000};
+    for (int i = 0; i < 5; i++) {
+      char *p = mtp_alloc_aligned(sizes[i], a);
+      CHECK(p != NULL);
+      CHECK(((uintptr_t)p & (a - 1)) == 0);
+      CHECK(mtp_usable_size(p) >= sizes[i]);
+      memset(p, 1, sizes[i]);
+      if (i & 1)
+        mtp_free_sized(p, sizes[i]); /* the size as requested is accepted */
+      else
+        mtp_free(p);
+    }
+  }
+}
+
+static void test_pools(void) {
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  CHECK(opt.purge_delay_ms >= 0 && opt.purge_delay_ms <= 1000);
+  opt.name = "test-nodes";
+  mtp_pool_t *pool = mtp_pool_create(&opt);
+  CHECK(pool != NULL);
+  CHECK(strcmp(mtp_pool_name(pool), "test-nodes") == 0);
+  CHECK(strcmp(mtp_pool_name(mtp_default_pool()), "default") == 0);
+  void *ptrs[5000];
+  for (int i = 0; i < 5000; i++) {
+    ptrs[i] = mtp_pool_alloc(pool, (size_t)(i % 300) + 1);
+    CHECK(ptrs[i] && mtp_pool_of(ptrs[i]) == pool);
+  }
+  void *big = mtp_pool_alloc(pool, 1 << 20);
+  void *al = mtp_pool_alloc_aligned(pool, 64, 4096);
+  CHECK(big && al && mtp_pool_of(big) == pool && mtp_pool_of(al) == pool);
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(pool, &st) == 0);
+  CHECK_EQ_SZ(st.blocks_in_use, 5002);
+  CHECK_EQ_SZ(st.allocs, 5002);
+  CHECK_EQ_SZ(st.frees, 0);
+  CHECK_EQ_SZ(st.large_blocks, 1);
+  CHECK(st.bytes_reserved >= st.bytes_in_use);
+  CHECK(strcmp(st.name, "test-nodes") == 0);
+  for (int i = 0; i < 2500; i++) mtp_free(ptrs[i]);
+  mtp_free(big);
+  CHECK(mtp_pool_stats(pool, &st) == 0);
+  CHECK_EQ_SZ(st.blocks_in_use, 2501);
+  CHECK_EQ_SZ(st.frees, 2501);
+  CHECK_EQ_SZ(st.large_blocks, 0);
+  size_t per_class = 0;
+  for (unsigned c = 0; c < st.num_classes; c++) per_class += st.classes[c].blocks_in_use;
+  CHECK_EQ_SZ(per_class, 2501);
+  CHECK(mtp_pool_stats(pool, NULL) == EINVAL);
+  FILE *devnull = fopen("/dev/null", "w");
+  CHECK(mtp_pool_print_stats(pool, devnull) == 0);
+  CHECK(mtp_print_stats(devnull) == 0);
+  CHECK(mtp_print_stats(NULL) == EINVAL);
+  fclose(devnull);
+  /* destroy releases every block, the ones still in use included */
+  mtp_pool_destroy(pool);
+  mtp_pool_destroy(NULL);
+  mtp_pool_destroy(mtp_default_pool()); /* ignored */
+  /* a new pool (maybe with the same id and address) starts clean */
+  for (int round = 0; round < 50; round++) {
+    mtp_pool_t *p2 = mtp_pool_create(NULL);
+    CHECK(p2 != NULL);
+    void *a = mtp_pool_alloc(p2, 48);
+    CHECK(a && mtp_pool_of(a) == p2);
+    CHECK(mtp_pool_stats(p2, &st) == 0 && st.blocks_in_use == 1 && st.allocs == 1);
+    if (round % 2) mtp_free(a);
+    mtp_pool_destroy(p2);
+  }
+  /* pool ids run out cleanly and come back */
+  static mtp_pool_t *many[1100];
+  int made = 0;
+  while (made < 1100 && (many[made] = mtp_pool_create(NULL)) != NULL) made++;
+  CHECK(made == 1023 && errno == ENOMEM);
+  for (int i = 0; i < made; i++) mtp_pool_destroy(many[i]);
+  CHECK((pool = mtp_pool_create(NULL)) != NULL);
+  mtp_pool_destroy(pool);
+}
+
+static void test_misuse_default_mode(void) {
+  mtp_set_error_handler(record, NULL);
+  int stack_var = 0;
+  err_count = 0;
+  mtp_free(&stack_var); /* never from mtpool */
+  CHECK(err_count == 1 && last_err == MTP_ERR_INVALID_POINTER && last_ptr == &stack_var);
+  void *p = mtp_alloc(40);
+  mtp_free(p);
+  mtp_free(p); /* freed twice in a row */
+  CHECK(err_count == 2 && last_err == MTP_ERR_DOUBLE_FREE && last_ptr == p);
+  p = mtp_alloc(40);
+  mtp_free_sized(p, 200); /* another size class */
+  CHECK(err_count == 3 && last_err == MTP_ERR_WRONG_SIZE && last_ptr == p);
+  mtp_free_sized(p, 33); /* same block size: accepted */
+  CHECK(err_count == 3);
+  void *big = mtp_alloc(100000);
+  mtp_free_sized(big, 10);
+  CHECK(last_err == MTP_ERR_WRONG_SIZE && last_ptr == big);
+  mtp_free(big);
+  mtp_free(big);
+  CHECK(last_err == MTP_ERR_INVALID_POINTER && last_ptr == big);
+  CHECK(mtp_usable_size(&stack_var) == 0 && last_ptr == &stack_var);
+  mtp_set_error_handler(NULL, NULL);
+}
+
+static void test_default_handler_aborts(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fds[2];
+    if (pipe(fds)) _exit(3);
+    dup2(fds[1], 2);
+    int x;
+    mtp_free(&x);
+    _exit(0); /* not reached */
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+/* The default pool reads MTPOOL_<FIELD> once: run ourselves again with the variables set. */
+static int env_child(void) {
+  CHECK(strcmp(mtp_pool_name(NULL), "from-env") == 0);
+  void *p = mtp_alloc(10);
+  mtp_set_error_handler(record, NULL);
+  err_count = 0;
+  mtp_free_sized(p, 11); /* checked mode (MTPOOL_CHECK=1) compares the exact size */
+  CHECK(err_count == 1 && last_err == MTP_ERR_WRONG_SIZE);
+  mtp_free_sized(p, 10);
+  CHECK(err_count == 1);
+  mtp_free(p);
+  CHECK(err_count == 2 && last_err == MTP_ERR_DOUBLE_FREE);
+  return 0;
+}
+
+static void test_env_options(const char *self) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("MTPOOL_NAME", "from-env", 1);
+    setenv("MTPOOL_CHECK", "1", 1);
+    setenv("MTPOOL_PURGE_DELAY_MS", "5", 1);
+    execl(self, self, "--env-child", (char *)NULL);
+    _exit(2);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--env-child") == 0) return env_child();
+  RUN(test_basic);
+  RUN(test_calloc_realloc);
+  RUN(test_aligned);
+  RUN(test_pools);
+  RUN(test_misuse_default_mode);
+  RUN(test_default_handler_aborts);
+  test_env_options(argv[0]);
+  DONE();
+}

@@ -1,0 +1,61 @@
+/* Size classes: the tables follow the documented rules (steps, alignment, slab spans). */
+#include "internal.h"
+#include "testhelper.h"
+
+static void test_steps(void) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    uint32_t s = mtp__class_size[c];
+    if (c > 0) CHECK(s > mtp__class_size[c - 1]);
+    if (s <= 128) CHECK_EQ_SZ(s, 8 * (c + 1));
+  }
+  CHECK_EQ_SZ(mtp__class_size[MTP_NUM_CLASSES - 1], MTP_MAX_SMALL);
+  /* container nodes take exactly their size */
+  unsigned sizes[] = {24, 40, 48, 56};
+  for (unsigned i = 0; i < 4; i++) CHECK_EQ_SZ(mtp__class_size[mtp__class_of(sizes[i])], sizes[i]);
+  /* at most 25% rounding above 128 B */
+  for (size_t n = 129; n <= MTP_MAX_SMALL; n++) {
+    uint32_t s = mtp__class_size[mtp__class_of(n)];
+    CHECK(s >= n);
+    CHECK((double)s <= 1.25 * (double)n + 16);
+  }
+}
+
+static void test_lookup(void) {
+  for (size_t n = 0; n <= MTP_MAX_SMALL; n++) {
+    unsigned c = mtp__class_of(n);
+    CHECK(c < MTP_NUM_CLASSES);
+    CHECK(mtp__class_size[c] >= (n ? n : 1));
+    if (c > 0) CHECK(mtp__class_size[c - 1] < n);
+    if (n <= MTP_DIRECT_MAX) CHECK_EQ_SZ(mtp__class_direct[(n + 7) >> 3], c);
+  }
+}
+
+static void test_alignment(void) {
+  /* a block is aligned to the largest power of two dividing its size, capped at 16 */
+  for (size_t n = 1; n <= MTP_MAX_SMALL; n++) {
+    uint32_t s = mtp__class_size[mtp__class_of(n)];
+    size_t want = n & (0 - n);
+    if (want > 16) want = 16;
+    CHECK((s & (0u - s)) >= want);
+  }
+  CHECK_EQ_SZ(mtp__class_size[mtp__class_aligned(24, 64)], 64);
+  CHECK_EQ_SZ(mtp__class_aligned(100, 1 << 20), MTP_NUM_CLASSES);
+}
+
+static void test_spans(void) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    size_t span = (size_t)mtp__class_pages[c] * MTP_PAGE_SIZE;
+    size_t cap = span / mtp__class_size[c];
+    CHECK(cap >= 8);
+    CHECK((span - cap * mtp__class_size[c]) * 8 <= span);
+    CHECK(cap < (1u << 15)); /* fits the remote-list counter */
+  }
+}
+
+int main(void) {
+  RUN(test_steps);
+  RUN(test_lookup);
+  RUN(test_alignment);
+  RUN(test_spans);
+  DONE();
+}
