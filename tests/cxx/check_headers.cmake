@@ -1,0 +1,25 @@
+# cmake -P check_headers.cmake: compile each public header of the C++ adapter on its own, then
+# compile_modes.cpp, with COMPILER in language mode STD (11, 14, 17, 20), warnings as errors,
+# syntax only. Fails on the first error. Variables: COMPILER, STD, SOURCE_DIR, WORK_DIR.
+set(flags -std=c++${STD} -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion
+          -Wold-style-cast -Werror -fsyntax-only
+          -I${SOURCE_DIR}/c_core/include -I${SOURCE_DIR}/cxx_adapter/include)
+set(headers allocator.hpp containers.hpp mtpool.hpp)
+if(STD GREATER_EQUAL 17)
+  list(APPEND headers memory_resource.hpp)
+endif()
+file(MAKE_DIRECTORY ${WORK_DIR})
+foreach(h ${headers})
+  set(tu ${WORK_DIR}/only_${h}.cpp)
+  file(WRITE ${tu} "#include <mtpool/${h}>\n#include <mtpool/${h}>\nint main() { return 0; }\n")
+  execute_process(COMMAND ${COMPILER} ${flags} ${tu} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${COMPILER} -std=c++${STD}: <mtpool/${h}> does not compile on its own")
+  endif()
+endforeach()
+execute_process(COMMAND ${COMPILER} ${flags} ${SOURCE_DIR}/tests/cxx/compile_modes.cpp
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${COMPILER} -std=c++${STD}: compile_modes.cpp does not compile cleanly")
+endif()
+message(STATUS "${COMPILER} -std=c++${STD}: headers clean")
