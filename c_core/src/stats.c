@@ -23,6 +23,8 @@ MTP_NO_TSAN static void slab_account(mtp_slab_t *s, mtp_stats_t *out) {
   if (cls >= MTP_NUM_CLASSES) return;
   mtp_class_stats_t *cs = &out->classes[cls];
   size_t n = slab_in_use(s);
+  /* frees waiting on the remote list are remote frees already */
+  out->remote_frees += MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free));
   cs->blocks_in_use += n;
   cs->slabs++;
   cs->slab_bytes += (size_t)s->pages << MTP_PAGE_SHIFT;
@@ -67,7 +69,7 @@ void mtp__stats_collect(mtp_pool_internal_t *p, mtp_stats_t *out) {
   out->bytes_free = out->bytes_reserved > out->bytes_in_use ? out->bytes_reserved - out->bytes_in_use : 0;
   out->allocs = allocs;
   out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;
-  out->remote_frees = remote;
+  out->remote_frees += remote;
   out->bytes_returned = __atomic_load_n(&p->bytes_returned, __ATOMIC_RELAXED);
 }
 

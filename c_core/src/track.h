@@ -16,12 +16,15 @@
 #endif
 
 #if defined(MTP_ASAN)
+#define MTP_NEXT_FN static
 #include <sanitizer/asan_interface.h>
-#define MTP_NO_ASAN __attribute__((no_sanitize("address")))
+/* noinline: an inlined body would be instrumented as part of its caller */
+#define MTP_NO_ASAN __attribute__((no_sanitize("address"), noinline, unused))
 #define mtp__track_poison(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define mtp__track_alloc(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_free(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #elif defined(MTP_VALGRIND) && MTP_VALGRIND
+#define MTP_NEXT_FN MTP_INLINE
 #include <valgrind/memcheck.h>
 #define MTP_NO_ASAN
 #define mtp__track_poison(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
@@ -29,13 +32,14 @@
 #define mtp__track_free(p, n) ((void)(n), VALGRIND_FREELIKE_BLOCK((p), 0))
 #define MTP_TRACK_VALGRIND 1
 #else
+#define MTP_NEXT_FN MTP_INLINE
 #define MTP_NO_ASAN
 #define mtp__track_poison(p, n) ((void)(p), (void)(n))
 #define mtp__track_alloc(p, n) ((void)(p), (void)(n))
 #define mtp__track_free(p, n) ((void)(p), (void)(n))
 #endif
 
-MTP_NO_ASAN MTP_INLINE mtp_block_t *mtp__block_next(mtp_block_t *b) {
+MTP_NO_ASAN MTP_NEXT_FN mtp_block_t *mtp__block_next(mtp_block_t *b) {
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_DEFINED(b, sizeof(*b));
   mtp_block_t *n = b->next;
@@ -46,7 +50,7 @@ MTP_NO_ASAN MTP_INLINE mtp_block_t *mtp__block_next(mtp_block_t *b) {
 #endif
 }
 
-MTP_NO_ASAN MTP_INLINE void mtp__block_set_next(mtp_block_t *b, mtp_block_t *n) {
+MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtp_block_t *b, mtp_block_t *n) {
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_UNDEFINED(b, sizeof(*b));
   b->next = n;

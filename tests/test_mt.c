@@ -1,0 +1,205 @@
+/* Multi-threaded behaviour: cross-thread frees make memory reusable, thread exit hands memory back
+ * (10,000 threads one after another), destroying a pool that threads used, producer-consumer. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mtpool/mtpool.h"
+#include "testhelper.h"
+
+#define NT 4
+
+/* ---- cross-thread frees ---- */
+static void **slots;
+static size_t per_thread;
+static pthread_barrier_t bar;
+static mtp_pool_t *xpool;
+
+static void *xthread(void *arg) {
+  size_t id = (size_t)arg;
+  for (int round = 0; round < 5; round++) {
+    for (size_t i = 0; i < per_thread; i++) {
+      size_t n = 16 + (i * 37 + id) % 500;
+      unsigned char *p = mtp_pool_alloc(xpool, n);
+      CHECK(p != NULL);
+      p[0] = (unsigned char)id;
+      p[n - 1] = (unsigned char)i;
+      slots[id * per_thread + i] = p;
+    }
+    pthread_barrier_wait(&bar);
+    size_t victim = (id + 1 + (size_t)round) % NT; /* never our own */
+    if (victim == id) victim = (victim + 1) % NT;
+    for (size_t i = 0; i < per_thread; i++) {
+      unsigned char *p = slots[victim * per_thread + i];
+      CHECK(p[0] == (unsigned char)victim);
+      if (i & 1)
+        mtp_free(p);
+      else
+        mtp_free_sized(p, 16 + (i * 37 + victim) % 500);
+    }
+    pthread_barrier_wait(&bar);
+  }
+  return NULL;
+}
+
+static void test_cross_thread(void) {
+  per_thread = TH_TSAN ? 5000 : 50000;
+  slots = calloc(NT * per_thread, sizeof(void *));
+  xpool = mtp_pool_create(NULL);
+  pthread_barrier_init(&bar, NULL, NT);
+  pthread_t t[NT];
+  for (size_t i = 0; i < NT; i++) pthread_create(&t[i], NULL, xthread, (void *)i);
+  for (size_t i = 0; i < NT; i++) pthread_join(t[i], NULL);
+  mtp_stats_t st;
+  mtp_pool_stats(xpool, &st);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK_EQ_SZ(st.allocs, 5 * NT * per_thread);
+  CHECK_EQ_SZ(st.frees, st.allocs);
+  CHECK(st.remote_frees > 0);
+  /* five rounds reused the memory of the first: far less than five rounds' worth is mapped */
+  size_t one_round = NT * per_thread * 260;
+  CHECK(st.bytes_mapped < 2 * one_round + (8u << 20));
+  mtp_pool_trim(xpool);
+  mtp_pool_stats(xpool, &st);
+  CHECK_EQ_SZ(st.bytes_reserved, 0);
+  mtp_pool_destroy(xpool);
+  free(slots);
+  pthread_barrier_destroy(&bar);
+}
+
+/* ---- thread churn ---- */
+static void *churn_thread(void *arg) {
+  mtp_pool_t *pool = arg;
+  void *p[300];
+  for (int i = 0; i < 300; i++) p[i] = mtp_pool_alloc(pool, (size_t)(8 + (i % 64) * 8));
+  for (int i = 0; i < 300; i += 2) mtp_free(p[i]);
+  for (int i = 1; i < 300; i += 2) mtp_free(p[i]);
+  void *keep = mtp_alloc(100); /* and one block of the default pool, freed by nobody else */
+  mtp_free(keep);
+  return NULL;
+}
+
+static void test_thread_churn(void) {
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  opt.name = "churn";
+  mtp_pool_t *pool = mtp_pool_create(&opt);
+  int n = TH_TSAN ? 2000 : 10000;
+  mtp_stats_t st;
+  size_t max_reserved = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, churn_thread, pool) == 0);
+    pthread_join(t, NULL);
+    if (i % 1000 == 999) {
+      mtp_pool_stats(pool, &st);
+      if (st.bytes_reserved > max_reserved) max_reserved = st.bytes_reserved;
+    }
+  }
+  mtp_pool_stats(pool, &st);
+  fprintf(stderr, "  %d threads: reserved now %zu bytes, at most %zu; mapped %zu\n", n,
+          st.bytes_reserved, max_reserved, st.bytes_mapped);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK_EQ_SZ(st.allocs, (size_t)n * 300);
+  /* one thread touches ~64 size classes x 16 KiB: a few threads' worth is a few MiB */
+  CHECK(max_reserved <= (8u << 20));
+  CHECK(st.bytes_mapped <= (16u << 20));
+  mtp_pool_destroy(pool);
+}
+
+/* ---- a pool destroyed after threads used it; the threads go on with other pools ---- */
+static mtp_pool_t *dpool;
+static void *destroy_user(void *arg) {
+  (void)arg;
+  void *p[1000];
+  for (int i = 0; i < 1000; i++) p[i] = mtp_pool_alloc(dpool, 48);
+  for (int i = 0; i < 500; i++) mtp_free(p[i]); /* half stay in use */
+  pthread_barrier_wait(&bar); /* main destroys the pool */
+  pthread_barrier_wait(&bar);
+  for (int round = 0; round < 3; round++) {
+    mtp_pool_t *mine = mtp_pool_create(NULL); /* may reuse the id and the record */
+    for (int i = 0; i < 1000; i++) p[i] = mtp_pool_alloc(mine, 48);
+    for (int i = 0; i < 1000; i++) mtp_free(p[i]);
+    mtp_stats_t st;
+    mtp_pool_stats(mine, &st);
+    CHECK_EQ_SZ(st.blocks_in_use, 0);
+    mtp_pool_destroy(mine);
+    void *d = mtp_alloc(48);
+    mtp_free(d);
+  }
+  return NULL;
+}
+
+static void test_destroy_used_pool(void) {
+  dpool = mtp_pool_create(NULL);
+  pthread_barrier_init(&bar, NULL, NT + 1);
+  pthread_t t[NT];
+  for (size_t i = 0; i < NT; i++) pthread_create(&t[i], NULL, destroy_user, NULL);
+  pthread_barrier_wait(&bar);
+  mtp_pool_destroy(dpool);
+  pthread_barrier_wait(&bar);
+  for (size_t i = 0; i < NT; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&bar);
+}
+
+/* ---- producer-consumer: one thread allocates, another frees ---- */
+#define QCAP 4096
+static _Atomic(void *) queue[QCAP];
+static atomic_size_t q_head, q_tail;
+static size_t pc_total;
+
+static void *producer(void *arg) {
+  mtp_pool_t *pool = arg;
+  for (size_t i = 0; i < pc_total; i++) {
+    size_t n = 24 + (i % 8) * 8;
+    unsigned char *p = mtp_pool_alloc(pool, n);
+    CHECK(p != NULL);
+    memset(p, (int)(i & 0xff), n);
+    size_t h = atomic_load(&q_head);
+    while (h - atomic_load(&q_tail) >= QCAP) sched_yield();
+    atomic_store(&queue[h % QCAP], p);
+    atomic_store(&q_head, h + 1);
+  }
+  return NULL;
+}
+
+static void *consumer(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < pc_total; i++) {
+    size_t t = atomic_load(&q_tail);
+    while (atomic_load(&q_head) == t) sched_yield();
+    unsigned char *p = atomic_load(&queue[t % QCAP]);
+    CHECK(p[0] == (unsigned char)(i & 0xff));
+    mtp_free_sized(p, 24 + (i % 8) * 8);
+    atomic_store(&q_tail, t + 1);
+  }
+  return NULL;
+}
+
+static void test_producer_consumer(void) {
+  pc_total = TH_TSAN ? 200000 : 2000000;
+  mtp_pool_t *pool = mtp_pool_create(NULL);
+  pthread_t a, b;
+  pthread_create(&a, NULL, producer, pool);
+  pthread_create(&b, NULL, consumer, NULL);
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+  mtp_stats_t st;
+  mtp_pool_stats(pool, &st);
+  fprintf(stderr, "  %zu blocks passed: mapped %zu, reserved %zu\n", pc_total, st.bytes_mapped,
+          st.bytes_reserved);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK_EQ_SZ(st.remote_frees, pc_total);
+  /* memory is reused: the queue holds at most 4096 blocks, so a few MiB suffice */
+  CHECK(st.bytes_mapped <= (16u << 20));
+  mtp_pool_destroy(pool);
+}
+
+int main(void) {
+  RUN(test_cross_thread);
+  RUN(test_thread_churn);
+  RUN(test_destroy_used_pool);
+  RUN(test_producer_consumer);
+  DONE();
+}
