@@ -1,0 +1,111 @@
+# Shared by scripts/bench.sh and scripts/bench_full.sh (sourced, not run).
+# Expects ROOT (the repository) and BUILD (the build directory) to be set.
+
+BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 gnuplot-nox python3"
+
+note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+# Install what is missing (as root), or say what is missing and go on: peers are optional.
+bench_install_deps() {
+  local missing=""
+  for p in $BENCH_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  if [ -z "$missing" ]; then
+    note "all packages present"
+  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    note "installing:$missing"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null ||
+      { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null; } ||
+      note "NOTICE: apt-get install failed; missing peers will be skipped"
+  else
+    note "NOTICE: not root: missing packages not installed:$missing (missing peers are skipped)"
+  fi
+}
+
+bench_build() {
+  note "configuring $BUILD (Release, MTPOOL_BUILD_BENCH=ON)"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_BENCH=ON >"$BUILD.configure.log" 2>&1 ||
+    { cat "$BUILD.configure.log"; exit 1; }
+  grep -i "NOTICE" "$BUILD.configure.log" >&2 || true
+  local targets="--target mtpool_proc --target mtpool_proc_cow"
+  grep -q "mtpool_bench is not built" "$BUILD.configure.log" || targets="$targets --target mtpool_bench"
+  cmake --build "$BUILD" -j"$(nproc)" $targets >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log"; exit 1; }
+  PROC="$BUILD/bench/mtpool_proc"
+  PROC_COW="$BUILD/bench/mtpool_proc_cow"
+  GBENCH="$BUILD/bench/mtpool_bench"
+  # shellcheck disable=SC1091
+  . "$BUILD/bench/peers.env"
+}
+
+# Allocators to run: every family built into the driver, then the malloc replacements.
+bench_allocators() {
+  "$PROC" --list 2>/dev/null | cut -f1
+  echo tcmalloc jemalloc mimalloc | tr ' ' '\n'
+}
+
+# run_proc OUT TIMEOUT DRIVER ALLOC ARGS...: one process, one JSON line appended to OUT.
+# Returns 3 on timeout, 4 if the allocator is missing.
+run_proc() {
+  local out=$1 timeout=$2 driver=$3 alloc=$4
+  shift 4
+  local preload="" key=$alloc
+  case $alloc in
+    tcmalloc | jemalloc | mimalloc)
+      preload=${!alloc}
+      key=std
+      if [ -z "$preload" ] || [ ! -e "$preload" ]; then
+        echo "{\"alloc\": \"$alloc\", \"malloc\": \"$alloc\", \"missing\": true}" >>"$out"
+        return 4
+      fi
+      ;;
+  esac
+  local line rc
+  line=$(LD_PRELOAD=$preload "$driver" --alloc "$key" --timeout "$timeout" "$@" 2>/dev/null)
+  rc=$?
+  [ -n "$line" ] && echo "$line" >>"$out"
+  return $rc
+}
+
+# run_matrix OUT TIMEOUT REPS "VARIANT..." : every allocator x variant x repetition, repetitions
+# outermost so that noise spreads evenly. A variant is "driver|args" (args space-separated).
+# An allocator that times out once in this matrix is not run again in it (noted in the report).
+run_matrix() {
+  local out=$1 timeout=$2 reps=$3 variants=$4
+  declare -A skip=()
+  local allocs
+  allocs=$(bench_allocators)
+  for rep in $(seq 1 "$reps"); do
+    for v in $variants; do
+      local driver=${v%%|*} args=${v#*|}
+      for a in $allocs; do
+        [ -n "${skip[$a]:-}" ] && continue
+        run_proc "$out" "$timeout" "$driver" "$a" ${args//,/ }
+        case $? in
+          0) ;;
+          3) note "NOTICE: $a timed out after ${timeout}s (${args//,/ }); not rerun in this table"; skip[$a]=1 ;;
+          4) [ "$rep" = 1 ] && note "NOTICE: $a not available; skipped"; skip[$a]=1 ;;
+          *) note "NOTICE: $a failed (${args//,/ })" ;;
+        esac
+      done
+    done
+    note "repetition $rep/$reps done"
+  done
+}
+
+seed_variants() {
+  echo "$PROC|--test,seed,--threads,4,--len,9 $PROC|--test,seed,--threads,4,--len,40 $PROC_COW|--test,seed,--threads,4,--len,9 $PROC_COW|--test,seed,--threads,4,--len,40"
+}
+
+footprint_variants() {
+  echo "$PROC|--test,footprint,--threads,4,--kind,list_int $PROC|--test,footprint,--threads,4,--kind,map_int $PROC|--test,footprint,--threads,4,--kind,list_str40"
+}
+
+machine_line() {
+  local cpu cores mem kernel
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+  cores=$(nproc)
+  mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)
+  kernel=$(uname -r)
+  echo "$cpu, $cores cores, $mem RAM, Linux $kernel, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1), $(date -u +%Y-%m-%d)"
+}

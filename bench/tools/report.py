@@ -1,0 +1,545 @@
+#!/usr/bin/env python3
+"""Turn the suite's raw results into markdown tables (and PNG charts with gnuplot).
+
+Inputs (each optional):
+  --seed F.jsonl       mtpool_proc --test seed lines (one per process run)
+  --footprint F.jsonl  mtpool_proc --test footprint lines
+  --giveback F.jsonl   mtpool_proc --test giveback lines
+  --gbench F.json ...  Google Benchmark JSON of mtpool_bench (with --benchmark_repetitions); a file
+                       from a run under LD_PRELOAD contributes its std::allocator rows only
+  --pairs-ir F.json    instructions per 48-byte pair (callgrind), written by bench_full.sh
+Every table shows the median over repetitions and each allocator's ratio to mtpool::allocator,
+written as "time relative to mtpool" (above 1: slower than mtpool).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import OrderedDict, defaultdict
+
+LABELS = OrderedDict([
+    ("mtpool", "mtpool::allocator"),
+    ("mtpool_pool", "mtpool::pool_allocator"),
+    ("std", "std::allocator (glibc malloc)"),
+    ("tcmalloc", "tcmalloc (LD_PRELOAD)"),
+    ("jemalloc", "jemalloc (LD_PRELOAD)"),
+    ("mimalloc", "mimalloc (LD_PRELOAD)"),
+    ("malloc_alloc", "__gnu_cxx::malloc_allocator"),
+    ("mt_alloc", "__gnu_cxx::__mt_alloc"),
+    ("pool_alloc", "__gnu_cxx::__pool_alloc"),
+    ("bitmap_alloc", "__gnu_cxx::bitmap_allocator"),
+    ("boost_fast_pool", "boost::fast_pool_allocator"),
+    ("boost_pool", "boost::pool_allocator"),
+    ("pmr_sync", "std::pmr::synchronized_pool_resource"),
+    ("pmr_unsync", "std::pmr::unsynchronized_pool_resource"),
+    ("tbb", "tbb::scalable_allocator"),
+])
+REF = "mtpool"
+
+
+def who(d):
+    """Row key of a result: the family, or the preloaded malloc for std::allocator runs."""
+    a = d.get("alloc", "?")
+    m = d.get("malloc", "glibc")
+    if a in ("std", "tcmalloc", "jemalloc", "mimalloc") and m != "glibc":
+        return m
+    return a
+
+
+def read_jsonl(path):
+    rows = []
+    if path and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    return rows
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return "–"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.{digits}g}" if abs(v) < 1 else f"{v:.2f}"
+
+
+def table(title, cols, rows, note=None):
+    """rows: list of (label, [cell str])."""
+    out = [f"### {title}", "", "| allocator | " + " | ".join(cols) + " |",
+           "|---|" + "---|" * len(cols)]
+    for label, cells in rows:
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    if note:
+        out += ["", note]
+    return "\n".join(out) + "\n"
+
+
+def ordered_keys(keys):
+    known = [k for k in LABELS if k in keys]
+    return known + sorted(k for k in keys if k not in LABELS)
+
+
+def spread(vals):
+    """Relative spread (max-min)/median, for the noise note."""
+    if len(vals) < 2:
+        return 0.0
+    m = statistics.median(vals)
+    return (max(vals) - min(vals)) / m if m else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# charts
+# --------------------------------------------------------------------------------------------
+
+def chart(path_png, title, ylabel, cols, rows, log=False):
+    """Clustered bar chart: one cluster per allocator, one bar per column."""
+    if not shutil.which("gnuplot"):
+        print(f"report: NOTICE: gnuplot not found, {os.path.basename(path_png)} not drawn", file=sys.stderr)
+        return False
+    data = [(lab, vals) for lab, vals in rows if any(v is not None for v in vals)]
+    if not data:
+        return False
+    dat = path_png[:-4] + ".dat"
+    with open(dat, "w") as f:
+        f.write("allocator\t" + "\t".join('"%s"' % c for c in cols) + "\n")
+        for lab, vals in data:
+            f.write('"%s"\t' % lab.replace(" (LD_PRELOAD)", "").replace(" (glibc malloc)", "")
+                    + "\t".join("%g" % v if v is not None else "?" for v in vals) + "\n")
+    gp = f"""set terminal pngcairo size 1400,700 font ",10"
+set output "{path_png}"
+set title "{title}"
+set ylabel "{ylabel}"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set xtics rotate by -35 scale 0
+set key top left
+set grid ytics
+set datafile missing "?"
+{"set logscale y" if log else "set yrange [0:*]"}
+plot for [i=2:{len(cols) + 1}] "{dat}" using i:xtic(1) title columnheader(i)
+"""
+    try:
+        subprocess.run(["gnuplot"], input=gp, text=True, check=True, capture_output=True)
+    except subprocess.CalledProcessError as e:
+        print("report: gnuplot failed: " + e.stderr, file=sys.stderr)
+        return False
+    finally:
+        os.remove(dat)
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# process-level tables
+# --------------------------------------------------------------------------------------------
+
+SEED_COLS = [("cxx11", 9, "C++11 string, 9 chars"), ("cxx11", 40, "C++11 string, 40 chars"),
+             ("cow", 9, "copy-on-write string, 9 chars"), ("cow", 40, "copy-on-write string, 40 chars")]
+
+
+def seed_report(rows, outdir, png):
+    times = defaultdict(list)
+    status = {}
+    for d in rows:
+        k = who(d)
+        if d.get("missing"):
+            status[k] = "not installed"
+            continue
+        col = (d.get("abi"), int(d.get("len", 0)))
+        if d.get("timeout"):
+            status.setdefault(k, "timed out")
+            times.setdefault((k, col), [])
+            continue
+        times[(k, col)].append(d["wall_s"])
+    keys = ordered_keys({k for k, _ in times} | set(status))
+    med = {kc: statistics.median(v) for kc, v in times.items() if v}
+    cols = [c[2] for c in SEED_COLS]
+    trows, crows = [], []
+    worst_spread = 0.0
+    for k in keys:
+        cells, vals = [], []
+        for abi, ln, _ in SEED_COLS:
+            v = med.get((k, (abi, ln)))
+            ref = med.get((REF, (abi, ln)))
+            if v is None:
+                cells.append(status.get(k, "–"))
+                vals.append(None)
+                continue
+            worst_spread = max(worst_spread, spread(times[(k, (abi, ln))]))
+            r = f" ({v / ref:.2f}x)" if ref else ""
+            cells.append(f"{v:.3f}{r}")
+            vals.append(v)
+        trows.append((LABELS.get(k, k), cells))
+        crows.append((LABELS.get(k, k), vals))
+    nrep = max((len(v) for v in times.values()), default=0)
+    note = (f"Whole-job wall seconds (threads started to threads joined, each thread with its own list), "
+            f"4 threads x 1,000,000 elements, median of {nrep} fresh processes; "
+            f"(Nx) = time relative to mtpool::allocator. Largest spread (max-min)/median of a cell: "
+            f"{worst_spread * 100:.0f}%.")
+    md = table("Seed workload: std::list of strings, 4 threads", cols, trows, note)
+    if png:
+        chart(os.path.join(outdir, "seed.png"), "Seed workload, 4 threads x 1,000,000 strings (lower is better)",
+              "wall seconds", cols, crows)
+    return md, med
+
+
+def phase_rows(rows, with_bpe):
+    """Per allocator: growth, % given back at each phase (and bytes per element)."""
+    out = OrderedDict()
+    status = {}
+    for d in rows:
+        k = who(d)
+        if d.get("missing"):
+            status[k] = "not installed"
+            continue
+        out.setdefault(k, []).append(d)
+    return out, status
+
+
+def pct_back(d, field):
+    base, peak = d.get("rss_base"), d.get("rss_peak")
+    if field not in d or base is None or peak is None or peak <= base:
+        return None
+    return 100.0 * (peak - d[field]) / (peak - base)
+
+
+def giveback_table(title, runs, status, note):
+    cols = ["peak growth (MiB)", "back after free", "back after delay", "back after trim", "trim call",
+            "back after thread exit"]
+    trows = []
+    for k in ordered_keys(set(runs) | set(status)):
+        if k not in runs:
+            trows.append((LABELS.get(k, k), [status.get(k, "–")] * len(cols)))
+            continue
+        d = runs[k][-1]
+        growth = (d["rss_peak"] - d["rss_base"]) / 2**20
+        cells = [f"{growth:.0f}"]
+        if d.get("timeout"):
+            cells += ["timed out while freeing"] + ["–"] * 4
+        else:
+            for f in ("rss_after_free", "rss_after_delay", "rss_after_trim"):
+                p = pct_back(d, f)
+                cells.append("–" if p is None else f"{max(p, 0.0):.1f}%")
+            cells.append(d.get("trim", "none") if d.get("trim") != "none" else "none (no API)")
+            p = pct_back(d, "rss_after_exit")
+            cells.append("–" if p is None else f"{max(p, 0.0):.1f}%")
+        trows.append((LABELS.get(k, k), cells))
+    return table(title, cols, trows, note)
+
+
+FOOT_KINDS = [("list_int", "std::list<int>"), ("map_int", "std::map<int,int>"),
+              ("list_str40", "std::list of 40-char strings")]
+
+
+def footprint_report(rows, outdir, png):
+    by_kind = defaultdict(list)
+    status = {}
+    for d in rows:
+        if d.get("missing"):
+            status[who(d)] = "not installed"
+        else:
+            by_kind[d.get("kind")].append(d)
+    bpe = {}
+    for kind, _ in FOOT_KINDS:
+        for d in by_kind.get(kind, []):
+            n = d.get("n", 1000000) * d.get("threads", 4)
+            bpe.setdefault((who(d), kind), []).append((d["rss_peak"] - d["rss_base"]) / n)
+    keys = ordered_keys({k for k, _ in bpe} | set(status))
+    cols = [lab for _, lab in FOOT_KINDS]
+    trows, crows = [], []
+    med = {}
+    for k in keys:
+        cells, vals = [], []
+        for kind, _ in FOOT_KINDS:
+            v = bpe.get((k, kind))
+            if not v:
+                cells.append(status.get(k, "–"))
+                vals.append(None)
+                continue
+            v = statistics.median(v)
+            med[(k, kind)] = v
+            ref = statistics.median(bpe[(REF, kind)]) if (REF, kind) in bpe else None
+            cells.append(f"{v:.1f}" + (f" ({v / ref:.2f}x)" if ref else ""))
+            vals.append(v)
+        trows.append((LABELS.get(k, k), cells))
+        crows.append((LABELS.get(k, k), vals))
+    md = table("Footprint: bytes per element, 4 threads x 1,000,000 elements", cols, trows,
+               "Resident growth from before the threads start to when every list/map is built, divided by "
+               "the elements; (Nx) = relative to mtpool::allocator (above 1: more memory than mtpool).")
+    delay = next((d.get("delay_ms") for d in rows if "delay_ms" in d), 500)
+    for kind, lab in FOOT_KINDS:
+        runs, _ = phase_rows(by_kind.get(kind, []), False)
+        md += "\n" + giveback_table(
+            f"Footprint: resident memory given back, {lab}", runs, status,
+            f"Share of the peak growth given back to the OS: right after every element is freed (threads "
+            f"alive), after {delay} ms more, after the allocator's trim call (each thread, then the "
+            f"process), and after the threads exit.")
+    if png:
+        chart(os.path.join(outdir, "footprint.png"), "Bytes per element, 4 threads x 1,000,000 (lower is better)",
+              "bytes per element", cols, crows)
+    return md, med
+
+
+def giveback_report(rows, outdir, png):
+    runs, status = phase_rows(rows, False)
+    n = next((d.get("n") for d in rows if d.get("n")), 50000000)
+    delay = next((d.get("delay_ms") for d in rows if "delay_ms" in d), 500)
+    md = giveback_table(
+        f"Memory given back: {n / 1e6:.0f},000,000 blocks of 120 B, 4 threads", runs, status,
+        f"Each thread allocates its share, then frees it; shares of the peak growth given back right "
+        f"after the free, {delay} ms later, after the trim call, and after the threads exit.")
+    if png:
+        cols = ["after free", "after delay", "after trim", "after thread exit"]
+        crows = []
+        for k in ordered_keys(set(runs)):
+            d = runs[k][-1]
+            crows.append((LABELS.get(k, k), [pct_back(d, f) for f in
+                                              ("rss_after_free", "rss_after_delay", "rss_after_trim", "rss_after_exit")]))
+        chart(os.path.join(outdir, "giveback.png"), "Share of peak memory given back to the OS (higher is better)",
+              "% of peak growth", cols, crows)
+    return md, runs
+
+
+# --------------------------------------------------------------------------------------------
+# Google Benchmark tables
+# --------------------------------------------------------------------------------------------
+
+GB_TITLES = OrderedDict([
+    ("seed", "Seed workload under Google Benchmark (steady state: repeated iterations in one process)"),
+    ("pairs", "Allocate/free pairs"),
+    ("prodcons", "Producer-consumer (64-byte list nodes built by producers, freed by consumers)"),
+    ("churn", "Server churn (Larson pattern: random sizes 16 B-1 KiB, 1 in 8 freed by another thread)"),
+    ("map", "std::map<int,int> insert/find/erase mix"),
+    ("umap", "std::unordered_map<int,int> insert/find/erase mix"),
+])
+
+
+def load_gbench(paths):
+    """-> {workload: {(key, column): {'median': v, 'cv': c, counters...}}}"""
+    res = defaultdict(dict)
+    missing = set()
+    for p in paths:
+        if not os.path.exists(p):
+            continue
+        with open(p) as f:
+            try:
+                j = json.load(f)
+            except json.JSONDecodeError:
+                print(f"report: NOTICE: {p} is not valid JSON, skipped", file=sys.stderr)
+                continue
+        ctx = j.get("context", {})
+        malloc = ctx.get("mtpool_bench.malloc", "glibc")
+        if ctx.get("mtpool_bench.missing", "none") != "none":
+            missing.add(ctx["mtpool_bench.missing"])
+        have_aggr = any(b.get("run_type") == "aggregate" for b in j.get("benchmarks", []))
+        per_run = defaultdict(list)
+        for b in j.get("benchmarks", []):
+            if have_aggr and b.get("run_type") != "aggregate":
+                continue
+            if b.get("error_occurred"):
+                continue
+            parts = b["run_name"].split("/")
+            wl, fam = parts[0], parts[1]
+            if malloc != "glibc":
+                if fam != "std":
+                    continue
+                fam = malloc
+            col = "/".join(x for x in parts[2:] if x != "real_time" and not x.startswith("elems:"))
+            col = col.replace("threads:", "T=").replace("size:", "").replace("len:", "len ")
+            agg = b.get("aggregate_name", "median") if have_aggr else "median"
+            rate = b.get("items_per_second")
+            if agg == "median":
+                if have_aggr:
+                    res[wl][(fam, col)] = {"rate": rate, "cv": None, "bpe": b.get("bytes_per_elem"),
+                                           "peak": b.get("rss_peak_MiB"), "held": b.get("rss_held_MiB")}
+                else:
+                    per_run[(wl, fam, col)].append(rate)
+            elif agg == "cv":
+                res[wl].setdefault((fam, col), {})["cv"] = rate
+        for (wl, fam, col), v in per_run.items():
+            res[wl][(fam, col)] = {"rate": statistics.median(v), "cv": None}
+    return res, missing
+
+
+def gbench_report(res, outdir, png):
+    md = ""
+    summary = {}
+    for wl, title in GB_TITLES.items():
+        cells = res.get(wl)
+        if not cells:
+            continue
+        cols = []
+        for (_, c) in cells:
+            if c not in cols:
+                cols.append(c)
+        keys = ordered_keys({k for k, _ in cells})
+        trows, crows = [], []
+        worst_cv = 0.0
+        for k in keys:
+            row, vals = [], []
+            for c in cols:
+                d = cells.get((k, c))
+                if not d or d.get("rate") is None:
+                    row.append("–")
+                    vals.append(None)
+                    continue
+                rate = d["rate"]
+                if d.get("cv"):
+                    worst_cv = max(worst_cv, d["cv"])
+                ref = cells.get((REF, c), {}).get("rate")
+                row.append(f"{rate / 1e6:.3g} M/s" + (f" ({ref / rate:.2f}x)" if ref else ""))
+                vals.append(rate / 1e6)
+            trows.append((LABELS.get(k, k), row))
+            crows.append((LABELS.get(k, k), vals))
+        note = ("Items per second (median of the repetitions; items: elements, pairs, nodes, replacements "
+                "or operations); (Nx) = time per item relative to mtpool::allocator (above 1: slower than "
+                "mtpool). Threads use real time.")
+        if worst_cv:
+            note += f" Largest coefficient of variation of a cell: {worst_cv * 100:.0f}%."
+        md += "\n" + table(title, cols, trows, note)
+        summary[wl] = cells
+        if png:
+            chart(os.path.join(outdir, f"{wl}.png"), title + " (higher is better)", "million items per second",
+                  cols, crows)
+    return md, summary
+
+
+# --------------------------------------------------------------------------------------------
+# targets
+# --------------------------------------------------------------------------------------------
+
+def targets_report(seed_med, foot_med, giveback_runs, foot_rows, gb, pairs_ir):
+    lines = ["### Targets of issue 4, as measured", "", "| target | measured | met |", "|---|---|---|"]
+
+    def row(t, m, ok):
+        lines.append(f"| {t} | {m} | {'yes' if ok else ('**no**' if ok is not None else 'not measured')} |")
+
+    for abi, ln, lab in SEED_COLS:
+        ref = seed_med.get((REF, (abi, ln)))
+        others = {k: v for (k, c), v in seed_med.items() if c == (abi, ln) and k not in (REF, "mtpool_pool")}
+        if not ref or not others:
+            row(f"seed {lab}: fastest of all", "–", None)
+            continue
+        best_k = min(others, key=others.get)
+        row(f"seed {lab}: faster than every other", f"fastest other {LABELS.get(best_k, best_k)}: "
+            f"{others[best_k] / ref:.2f}x mtpool's time", others[best_k] > ref)
+        for k, need in (("mt_alloc", 3), ("pool_alloc", 3), ("std", 2)):
+            if k in others:
+                row(f"seed {lab}: >= {need}x faster than {LABELS[k]}", f"{others[k] / ref:.2f}x",
+                    others[k] / ref >= need)
+    for kind, lim in (("list_int", 24.5), ("list_str40", 96.5), ("map_int", None)):
+        v = foot_med.get((REF, kind))
+        others = {k: x for (k, kk), x in foot_med.items() if kk == kind and k not in (REF, "mtpool_pool")}
+        if v is None:
+            continue
+        m = min(others.values()) if others else None
+        ok = (m is None or v <= m + 0.05) and (lim is None or v <= lim)
+        lab = dict(FOOT_KINDS)[kind]
+        row(f"bytes per element, {lab}: <= smallest other" + (f" and <= {lim}" if lim else ""),
+            f"{v:.1f} (smallest other {m:.1f})" if m is not None else f"{v:.1f}", ok)
+    for name, runs in (("50 M x 120 B", giveback_runs),) + tuple(
+            (f"footprint {lab}", {k: [d for d in foot_rows if d.get("kind") == kind and who(d) == k]
+                                 for k in (REF,)}) for kind, lab in FOOT_KINDS):
+        ds = runs.get(REF) if runs else None
+        if not ds:
+            continue
+        d = ds[-1]
+        t, dl = pct_back(d, "rss_after_trim"), pct_back(d, "rss_after_delay")
+        if t is not None:
+            row(f"{name}: >= 99% back after free + trim", f"{t:.1f}%", t >= 99)
+        if dl is not None:
+            row(f"{name}: >= 95% back within the purge delay, no trim",
+                f"{dl:.1f}% after {d.get('delay_ms')} ms", dl >= 95)
+    for wl in ("prodcons", "churn"):
+        cells = gb.get(wl, {})
+        cols = sorted({c for _, c in cells})
+        for c in cols:
+            ref = cells.get((REF, c), {}).get("rate")
+            others = {k: d["rate"] for (k, cc), d in cells.items()
+                      if cc == c and k not in (REF, "mtpool_pool") and d.get("rate")}
+            if not ref or not others:
+                continue
+            best = max(others, key=others.get)
+            row(f"{wl} {c}: no slower than the fastest peer",
+                f"{LABELS.get(best, best)} {others[best] / 1e6:.3g} M/s vs mtpool {ref / 1e6:.3g} M/s "
+                f"({others[best] / ref:.2f}x mtpool's rate)", ref >= others[best])
+    if pairs_ir:
+        v = pairs_ir.get(REF)
+        if v is not None:
+            others = ", ".join(f"{LABELS.get(k, k)} {x:.0f}" for k, x in pairs_ir.items() if k != REF)
+            row("48-byte allocate+deallocate through mtpool::allocator: <= 30 instructions",
+                f"{v:.0f} (loop included; {others})", v <= 30)
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed")
+    ap.add_argument("--footprint")
+    ap.add_argument("--giveback")
+    ap.add_argument("--gbench", nargs="*", default=[])
+    ap.add_argument("--pairs-ir")
+    ap.add_argument("--machine", default="")
+    ap.add_argument("--out", required=True, help="directory for the .md and .png files")
+    ap.add_argument("--png", action="store_true")
+    ap.add_argument("--name", default="results.md")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+
+    md = []
+    if a.machine:
+        md.append(f"Machine: {a.machine}\n")
+    seed_rows = read_jsonl(a.seed)
+    foot_rows = read_jsonl(a.footprint)
+    give_rows = read_jsonl(a.giveback)
+    seed_med, foot_med, give_runs = {}, {}, {}
+    if seed_rows:
+        s, seed_med = seed_report(seed_rows, a.out, a.png)
+        md.append(s)
+    if foot_rows:
+        s, foot_med = footprint_report(foot_rows, a.out, a.png)
+        md.append(s)
+    if give_rows:
+        s, give_runs = giveback_report(give_rows, a.out, a.png)
+        md.append(s)
+    gb = {}
+    if a.gbench:
+        res, missing = load_gbench(a.gbench)
+        s, gb = gbench_report(res, a.out, a.png)
+        md.append(s)
+        for m in missing:
+            md.append(f"NOTICE: not built into mtpool_bench: {m}\n")
+    pairs_ir = None
+    if a.pairs_ir and os.path.exists(a.pairs_ir):
+        with open(a.pairs_ir) as f:
+            pairs_ir = json.load(f)
+        md.append(table("Instructions per 48-byte allocate+deallocate pair (callgrind, 1 thread)",
+                        ["instructions per pair (loop included)"],
+                        [(LABELS.get(k, k), [f"{v:.0f}"]) for k, v in pairs_ir.items()]))
+    # Notices for allocators absent everywhere.
+    present = set()
+    for rows in (seed_rows, foot_rows, give_rows):
+        present |= {who(d) for d in rows if not d.get("missing")}
+    absent = [LABELS[k] for k in LABELS if present and k not in present]
+    if absent:
+        md.append("NOTICE: not measured (not installed or not built): " + ", ".join(absent) + "\n")
+    md.append(targets_report(seed_med, foot_med, give_runs, foot_rows, gb, pairs_ir))
+    text = "\n".join(md)
+    with open(os.path.join(a.out, a.name), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
