@@ -2,15 +2,16 @@
 #ifndef MTP_TESTHELPER_H
 #define MTP_TESTHELPER_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int th_checks;
+static atomic_int th_checks; /* tests check from many threads */
 
 #define CHECK(cond)                                                          \
   do {                                                                       \
-    th_checks++;                                                             \
+    atomic_fetch_add_explicit(&th_checks, 1, memory_order_relaxed);          \
     if (!(cond)) {                                                           \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
       exit(1);                                                               \
@@ -19,7 +20,7 @@ static int th_checks;
 
 #define CHECK_EQ_SZ(a, b)                                                                  \
   do {                                                                                     \
-    th_checks++;                                                                           \
+    atomic_fetch_add_explicit(&th_checks, 1, memory_order_relaxed);                        \
     size_t a_ = (size_t)(a), b_ = (size_t)(b);                                             \
     if (a_ != b_) {                                                                        \
       fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%zu != %zu)\n", __FILE__, __LINE__, #a, \
@@ -37,7 +38,7 @@ static int th_checks;
 
 #define DONE()                                                  \
   do {                                                          \
-    fprintf(stderr, "all passed (%d checks)\n", th_checks);     \
+    fprintf(stderr, "all passed (%d checks)\n", atomic_load(&th_checks));     \
     return 0;                                                   \
   } while (0)
 

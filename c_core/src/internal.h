@@ -191,8 +191,11 @@ MTP_INLINE bool mtp__is_region_ptr(uintptr_t u) {
 MTP_INLINE mtp_region_t *mtp__region_of(uintptr_t u) {
   return (mtp_region_t *)(u & ~(MTP_REGION_SIZE - 1));
 }
+/* The descriptor of p's page: region base + header + page index * 128, in shifts and masks. */
 MTP_INLINE mtp_slab_t *mtp__page_desc(uintptr_t u) {
-  return &mtp__region_of(u)->slabs[(u >> MTP_PAGE_SHIFT) & (MTP_PAGES_PER_REGION - 1)];
+  _Static_assert(sizeof(mtp_slab_t) == 128, "descriptor size is a shift");
+  uintptr_t page_off = (u >> (MTP_PAGE_SHIFT - 7)) & ((MTP_PAGES_PER_REGION - 1) << 7);
+  return (mtp_slab_t *)((u & ~(MTP_REGION_SIZE - 1)) + offsetof(mtp_region_t, slabs) + page_off);
 }
 static inline char *mtp__slab_start(mtp_slab_t *s) {
   mtp_region_t *r = mtp__region_of((uintptr_t)s);
