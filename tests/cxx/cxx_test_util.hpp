@@ -18,6 +18,18 @@ inline std::size_t blocks_in_use(mtp_pool_t *pool = nullptr) {
   return s.blocks_in_use;
 }
 
+// The pool of the block that contains p. mtp_pool_of answers for block starts only (NULL for an
+// interior pointer), and a container node's element usually sits after the node's links, so
+// look back from p in steps of 8 bytes (blocks start on multiples of 8) to the block's start.
+inline mtp_pool_t *pool_containing(const void *p) {
+  const unsigned char *b = static_cast<const unsigned char *>(p);
+  for (std::size_t back = 0; back <= 256; back += 8) {
+    mtp_pool_t *pool = mtp_pool_of(b - back);
+    if (pool != nullptr) return pool;
+  }
+  return nullptr;
+}
+
 inline bool aligned_to(const void *p, std::size_t a) {
   return reinterpret_cast<std::uintptr_t>(p) % a == 0;
 }

@@ -20,6 +20,7 @@
 
 using mtpool_test::aligned_to;
 using mtpool_test::blocks_in_use;
+using mtpool_test::pool_containing;
 
 namespace {
 
@@ -378,7 +379,7 @@ std::vector<const void *> addresses(const C &c) {
 template <class C>
 bool all_in_pool(const C &c, mtp_pool_t *pool) {
   for (typename C::const_iterator it = c.begin(); it != c.end(); ++it) {
-    if (mtp_pool_of(&*it) != pool) return false;
+    if (pool_containing(&*it) != pool) return false;
   }
   return true;
 }
@@ -429,8 +430,8 @@ TEST_F(AllocatorTest, SwapAcrossPoolsExchangesPools) {
   // Each container keeps working on its new pool.
   a[1000] = 1;
   b[1000] = 2;
-  EXPECT_EQ(mtp_pool_of(&*a.find(1000)), p2.get());
-  EXPECT_EQ(mtp_pool_of(&*b.find(1000)), p1.get());
+  EXPECT_EQ(pool_containing(&*a.find(1000)), p2.get());
+  EXPECT_EQ(pool_containing(&*b.find(1000)), p1.get());
   std::swap(a, b);
   EXPECT_EQ(a.get_allocator().pool_handle(), p1.get());
   EXPECT_EQ(a.size(), 51u);

@@ -20,6 +20,7 @@
 #include <vector>
 
 using mtpool_test::blocks_in_use;
+using mtpool_test::pool_containing;
 using mtpool_test::make_alloc;
 using mtpool_test::pool_of_alloc;
 
@@ -142,7 +143,7 @@ TYPED_TEST(SequenceTest, InsertEraseCopyMoveSwapClear) {
     EXPECT_TRUE(*other.begin() == value_of<V>::make(42));
 
     // Memory comes from the allocator's pool.
-    EXPECT_EQ(mtp_pool_of(&*small.begin()), pool_of_alloc(alloc));
+    EXPECT_EQ(pool_containing(&*small.begin()), pool_of_alloc(alloc));
 
     // Clear and reuse.
     small.clear();
@@ -208,7 +209,7 @@ TYPED_TEST(ForwardListTest, InsertEraseCopyMoveSwapClear) {
     swap(small, moved);
     expect_same_contents(small, ref);
     EXPECT_EQ(std::distance(moved.begin(), moved.end()), 1);
-    EXPECT_EQ(mtp_pool_of(&*small.begin()), pool_of_alloc(alloc));
+    EXPECT_EQ(pool_containing(&*small.begin()), pool_of_alloc(alloc));
     small.clear();
     EXPECT_TRUE(small.empty());
   }
@@ -364,7 +365,7 @@ TYPED_TEST(MapTest, InsertEraseFindCopyMoveSwapClear) {
     EXPECT_EQ(moved.size(), 1u);
     other = std::move(small);
     EXPECT_TRUE(sorted(other) == ref);
-    EXPECT_EQ(mtp_pool_of(&*other.begin()), pool_of_alloc(alloc));
+    EXPECT_EQ(pool_containing(&*other.begin()), pool_of_alloc(alloc));
     other.clear();
     EXPECT_TRUE(other.empty());
     other.insert(typename M::value_type(value_of<K>::make(9), value_of<V>::make(9)));
@@ -425,7 +426,7 @@ TYPED_TEST(SetTest, InsertEraseFindCopyMoveSwapClear) {
     swap(small, moved);
     EXPECT_TRUE(sorted_set(small) == ref);
     EXPECT_EQ(moved.size(), 1u);
-    EXPECT_EQ(mtp_pool_of(&*small.begin()), pool_of_alloc(alloc));
+    EXPECT_EQ(pool_containing(&*small.begin()), pool_of_alloc(alloc));
     small.clear();
     EXPECT_TRUE(small.empty());
   }

@@ -15,6 +15,7 @@
 
 using mtpool_test::aligned_to;
 using mtpool_test::blocks_in_use;
+using mtpool_test::pool_containing;
 
 namespace {
 
@@ -59,7 +60,7 @@ TEST(MemoryResourceTest, DefaultPoolAndDefaultResource) {
   {
     std::pmr::list<int> l;  // the default resource, now mtpool
     l.assign(10, 3);
-    EXPECT_EQ(mtp_pool_of(&l.front()), mtp_default_pool());
+    EXPECT_EQ(pool_containing(&l.front()), mtp_default_pool());
   }
   std::pmr::set_default_resource(old);
   EXPECT_TRUE(*mtpool::default_resource() == res);

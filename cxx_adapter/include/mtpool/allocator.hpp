@@ -78,6 +78,17 @@ constexpr std::size_t max_count() noexcept {
   return static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T);
 }
 
+// Smallest alignment of any block the plain API gives (its smallest size class, 8 bytes).
+constexpr std::size_t min_block_alignment = 8;
+
+// Bytes to ask for n objects of T. allocate(0) still returns a pointer aligned for T: for T
+// aligned above the smallest block's alignment (alignof 16), n == 0 asks for one object's worth
+// (deallocate computes the same size). For every other T the test folds away at compile time.
+template <class T>
+constexpr std::size_t bytes_for(std::size_t n) noexcept {
+  return (alignof(T) > min_block_alignment && n == 0) ? sizeof(T) : n * sizeof(T);
+}
+
 template <class T>
 struct is_over_aligned : std::integral_constant<bool, (alignof(T) > plain_alignment)> {};
 
@@ -152,12 +163,12 @@ class allocator {
   MTPOOL_NODISCARD T *allocate(std::size_t n) {
     detail::check_count<T>(n);
     return detail::checked<T>(
-        detail::alloc_default<T>(n * sizeof(T), detail::is_over_aligned<T>()));
+        detail::alloc_default<T>(detail::bytes_for<T>(n), detail::is_over_aligned<T>()));
   }
 
   // Effects: returns p's block, which allocate(n) gave, with its size (sized free). Any thread.
   // Throws nothing. A pointer or n the allocator did not give out is reported by the core.
-  void deallocate(T *p, std::size_t n) noexcept { mtp_free_sized(p, n * sizeof(T)); }
+  void deallocate(T *p, std::size_t n) noexcept { mtp_free_sized(p, detail::bytes_for<T>(n)); }
 
   // Returns: the largest n that allocate(n) may succeed for (PTRDIFF_MAX / sizeof(T)).
   constexpr std::size_t max_size() const noexcept { return detail::max_count<T>(); }
@@ -330,12 +341,12 @@ class pool_allocator {
   MTPOOL_NODISCARD T *allocate(std::size_t n) {
     detail::check_count<T>(n);
     return detail::checked<T>(
-        detail::alloc_in<T>(pool_, n * sizeof(T), detail::is_over_aligned<T>()));
+        detail::alloc_in<T>(pool_, detail::bytes_for<T>(n), detail::is_over_aligned<T>()));
   }
 
   // Effects: returns p's block, which allocate(n) on an equal allocator gave, with its size.
   // Any thread. Throws nothing.
-  void deallocate(T *p, std::size_t n) noexcept { mtp_free_sized(p, n * sizeof(T)); }
+  void deallocate(T *p, std::size_t n) noexcept { mtp_free_sized(p, detail::bytes_for<T>(n)); }
 
   // Returns: the largest n that allocate(n) may succeed for (PTRDIFF_MAX / sizeof(T)).
   constexpr std::size_t max_size() const noexcept { return detail::max_count<T>(); }
