@@ -36,20 +36,20 @@ static int child(const char *c) {
     printf("ADDR %p\n", (void *)(p + 8));
     fflush(stdout);
     mtp_free(p);
-    g_sink = ((volatile char *)p)[8];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[8];
   } else if (!strcmp(c, "uaf_write")) {
     char *p = mtp_alloc(64);
     printf("ADDR %p\n", (void *)(p + 8));
     fflush(stdout);
     mtp_free(p);
-    ((volatile char *)p)[8] = 1;
+    ((volatile char *)rel_opaque_ptr(p))[8] = 1;
   } else if (!strcmp(c, "uaf_pool")) {
     mtp_pool_t *pool = mtp_pool_create(NULL);
     char *p = mtp_pool_alloc(pool, 200);
     printf("ADDR %p\n", (void *)(p + 8));
     fflush(stdout);
     mtp_free(p);
-    g_sink = ((volatile char *)p)[8];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[8];
   } else if (!strcmp(c, "uaf_remote")) {
     char *p = mtp_alloc(64);
     printf("ADDR %p\n", (void *)(p + 8));
@@ -57,14 +57,14 @@ static int child(const char *c) {
     pthread_t t;
     pthread_create(&t, NULL, free_it, p);
     pthread_join(t, NULL);
-    g_sink = ((volatile char *)p)[8];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[8];
   } else if (!strcmp(c, "next_block")) {
     mtp_pool_t *pool = mtp_pool_create(NULL);
     char *p = mtp_pool_alloc(pool, 64);
     size_t u = mtp_usable_size(p);
     printf("ADDR %p\n", (void *)(p + u));
     fflush(stdout);
-    g_sink = ((volatile char *)p)[u];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[u];
   } else if (!strcmp(c, "next_freed")) {
     char *b[16];
     for (int i = 0; i < 16; i++) b[i] = mtp_alloc(64);
@@ -83,25 +83,25 @@ static int child(const char *c) {
     }
     printf("ADDR %p\n", (void *)(p + mtp_usable_size(p)));
     fflush(stdout);
-    g_sink = ((volatile char *)p)[mtp_usable_size(p)];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[mtp_usable_size(p)];
   } else if (!strcmp(c, "slack")) {
     char *p = mtp_alloc(40);
     printf("ADDR %p\n", (void *)(p + 40));
     fflush(stdout);
-    g_sink = ((volatile char *)p)[rel_opaque(40)];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[rel_opaque(40)];
   } else if (!strcmp(c, "uaf_large")) {
     char *p = mtp_alloc((size_t)4 << 20);
     printf("ADDR %p\n", (void *)(p + 4096));
     fflush(stdout);
     mtp_free(p);
-    g_sink = ((volatile char *)p)[4096];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[4096];
   } else if (!strcmp(c, "realloc_old")) {
     char *p = mtp_alloc(32);
     char *q = mtp_realloc(p, 5000);
     printf("ADDR %p\n", (void *)(p + 4));
     fflush(stdout);
     if (q == p) return 3;
-    g_sink = ((volatile char *)p)[4];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[4];
     mtp_free(q);
   } else if (!strcmp(c, "clean")) {
     mtp_pool_t *pool = mtp_pool_create(NULL);

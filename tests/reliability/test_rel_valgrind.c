@@ -42,20 +42,20 @@ static int child(const char *c) {
     char *p = mtp_alloc(64);
     memset(p, 0, 64);
     mtp_free(p);
-    g_sink = ((volatile char *)p)[8];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[8];
   } else if (!strcmp(c, "uaf_write")) {
     char *p = mtp_alloc(64);
     mtp_free(p);
-    ((volatile char *)p)[8] = 1;
+    ((volatile char *)rel_opaque_ptr(p))[8] = 1;
   } else if (!strcmp(c, "overflow")) {
     char *p = mtp_alloc(64);
     memset(p, 0, 64);
     size_t u = mtp_usable_size(p);
-    g_sink = ((volatile char *)p)[u];
+    g_sink = ((volatile char *)rel_opaque_ptr(p))[u];
     mtp_free(p);
   } else if (!strcmp(c, "uninit")) {
     char *p = mtp_alloc(64);
-    if (((volatile char *)p)[3] == 7) printf("seven\n");
+    if (((volatile char *)rel_opaque_ptr(p))[3] == 7) printf("seven\n");
     mtp_free(p);
   } else if (!strcmp(c, "clean") || !strcmp(c, "destroy")) {
     mtp_options_t o;
