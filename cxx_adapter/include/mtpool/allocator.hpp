@@ -11,8 +11,9 @@
 //   2. deallocate(p, n) passes the size to the core (mtp_free_sized), so the core skips its
 //      size lookup. n must be the n given to allocate, as the allocator requirements demand.
 //   3. alignof(T) <= 16: the plain API, whose blocks are aligned to min(16, largest power of two
-//      dividing the size), and n * sizeof(T) is a multiple of alignof(T). alignof(T) > 16: the
-//      aligned API. The choice is made at compile time; it costs nothing at run time.
+//      dividing the block size), and n * sizeof(T) is a multiple of alignof(T). alignof(T) > 16:
+//      the aligned API. The choice is made at compile time; it costs nothing at run time. Even
+//      allocate(0) returns a pointer aligned for T.
 //   4. Every member may be called from any thread at the same time, and a block may be
 //      deallocated by a thread other than the one that allocated it.
 //   5. No locks, no counters and no virtual calls are added over the C core: with n known at
