@@ -66,9 +66,9 @@ static void *alloc_aligned(mtp_pool_internal_t *pool, size_t size, size_t alignm
     errno = EINVAL;
     return NULL;
   }
-  if (alignment <= 16) return mtp__heap_alloc_slow(pool, size < alignment ? alignment : size);
   if (pool->check) return mtp__checked_alloc(pool, size, alignment);
-  unsigned cls = mtp__class_aligned(size, alignment);
+  /* the smallest class whose every block is aligned enough (blocks are never headed) */
+  unsigned cls = mtp__class_aligned(size ? size : 1, alignment);
   if (cls < MTP_NUM_CLASSES) return mtp__heap_alloc_class(pool, cls);
   return mtp__large_alloc(pool, size, alignment);
 }
@@ -163,45 +163,53 @@ void mtp_free_sized(void *p, size_t size) {
 
 /* ---- queries and realloc ---- */
 
-static size_t usable(const void *p, mtp_pool_internal_t **pool_out) {
+/* Finds p's block: false if p is not the start of a block mtpool handed out (as far as can be
+ * told without checked mode). */
+static bool lookup(const void *p, size_t *usable_out, mtp_pool_internal_t **pool_out,
+                   mtp_slab_t **slab_out) {
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
     mtp_slab_t *s = mtp__page_desc(u);
     if (s->kind == MTP_PAGE_TAIL) s -= s->head_delta;
-    if (s->kind == MTP_PAGE_SLAB &&
-        (size_t)((const char *)p - mtp__slab_start(s)) % s->block_size == 0) {
-      if (pool_out) *pool_out = mtp__slab_pool(s);
-      return s->checked ? mtp__checked_usable(s, p) : s->block_size;
-    }
-    return 0;
+    if (s->kind != MTP_PAGE_SLAB ||
+        (size_t)((const char *)p - mtp__slab_start(s)) % s->block_size != 0)
+      return false;
+    *usable_out = s->checked ? mtp__checked_usable(s, p) : s->block_size;
+    if (pool_out) *pool_out = mtp__slab_pool(s);
+    if (slab_out) *slab_out = s;
+    return true;
   }
-  return mtp__large_usable(p, pool_out);
+  if (slab_out) *slab_out = NULL;
+  return mtp__large_lookup(p, usable_out, pool_out);
 }
 
 size_t mtp_usable_size(const void *p) {
+  size_t n = 0;
   if (p == NULL) return 0;
-  size_t n = usable(p, NULL);
-  if (n == 0) mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (usable size)", p);
+  if (!lookup(p, &n, NULL, NULL)) mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (usable size)", p);
   return n;
 }
 
 mtp_pool_t *mtp_pool_of(const void *p) {
   mtp_pool_internal_t *pool = NULL;
-  if (p == NULL || usable(p, &pool) == 0) return NULL;
+  size_t n;
+  if (p == NULL || !lookup(p, &n, &pool, NULL)) return NULL;
   return mtp__pool_out(pool);
 }
 
 void *mtp_realloc(void *p, size_t size) {
   if (p == NULL) return mtp_alloc(size);
   mtp_pool_internal_t *pool = NULL;
-  size_t old = usable(p, &pool);
-  if (old == 0) {
+  mtp_slab_t *s = NULL;
+  size_t old = 0;
+  if (!lookup(p, &old, &pool, &s)) {
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (realloc)", p);
     errno = EINVAL;
     return NULL;
   }
-  /* Keep the block while the new size still fits and wastes at most half of it. */
-  if (!pool->check && size <= old && size >= old / 2 && old <= MTP_MAX_SMALL) return p;
+  /* Keep the block when the new size maps to its size class, so that a sized free with either
+   * size stays valid. */
+  if (s != NULL && !s->checked && size <= MTP_MAX_SMALL && mtp__class_of(size) == s->cls) return p;
   void *q = mtp_pool_alloc(mtp__pool_out(pool), size);
   if (q == NULL) return NULL;
   memcpy(q, p, size < old ? size : old);

@@ -344,8 +344,8 @@ typedef struct mtp_large {
 void *mtp__large_alloc(mtp_pool_internal_t *pool, size_t size, size_t alignment);
 /* Frees p if it is a large block (checking size unless it is 0). false: not a large block. */
 bool mtp__large_free(void *p, size_t size, bool sized);
-/* Usable size of a large block; 0 if p is not one. *pool_out gets its pool. */
-size_t mtp__large_usable(const void *p, mtp_pool_internal_t **pool_out);
+/* Is p a large block? Then *usable gets its usable size and *pool_out (if not NULL) its pool. */
+bool mtp__large_lookup(const void *p, size_t *usable, mtp_pool_internal_t **pool_out);
 void mtp__large_destroy_pool(mtp_pool_internal_t *pool);
 extern pthread_mutex_t mtp__large_lock;
 

@@ -85,8 +85,10 @@ bool mtp__large_free(void *p, size_t size, bool sized) {
   int err = 0;
   const char *what = NULL;
   if (sized) {
+    /* As requested, or any size up to the usable size, or one that would have made a large
+     * block of this mapping. Checked mode wants the requested size exactly. */
     bool ok = rec->pool->check ? size == rec->size
-                               : size == rec->size || (size > MTP_MAX_SMALL && size <= rec->map_size);
+                               : size <= rec->map_size && (size >= rec->size || size > MTP_MAX_SMALL);
     if (!ok) {
       err = MTP_ERR_WRONG_SIZE;
       what = "wrong size (sized free of a large block)";
@@ -113,16 +115,16 @@ bool mtp__large_free(void *p, size_t size, bool sized) {
   return true;
 }
 
-size_t mtp__large_usable(const void *p, mtp_pool_internal_t **pool_out) {
+bool mtp__large_lookup(const void *p, size_t *usable, mtp_pool_internal_t **pool_out) {
   pthread_mutex_lock(&mtp__large_lock);
   mtp_large_t *rec = *find(p);
-  size_t n = 0;
   if (rec) {
-    n = rec->pool->check ? rec->size : rec->map_size - (size_t)((char *)rec->ptr - (char *)rec->map);
+    *usable = rec->pool->check ? rec->size
+                               : rec->map_size - (size_t)((char *)rec->ptr - (char *)rec->map);
     if (pool_out) *pool_out = rec->pool;
   }
   pthread_mutex_unlock(&mtp__large_lock);
-  return n;
+  return rec != NULL;
 }
 
 void mtp__large_destroy_pool(mtp_pool_internal_t *pool) {

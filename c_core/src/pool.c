@@ -152,7 +152,10 @@ static mtp_pool_internal_t *pool_new(const mtp_options_t *in, bool is_default) {
     mtp_options_init(&opt);
   if (is_default) mtp__options_from_env(&opt);
   mtp__options_sanitize(&opt);
-  mtp_pool_internal_t *p = mtp__meta_alloc(sizeof(*p));
+  /* The default pool's record is static: the process can always use it, even when the very
+   * first map fails (its allocations then fail with ENOMEM, and work again later). */
+  static mtp_pool_internal_t default_record;
+  mtp_pool_internal_t *p = is_default ? &default_record : mtp__meta_alloc(sizeof(*p));
   if (p == NULL) return NULL;
   pthread_mutex_init(&p->lock, NULL);
   p->purge_delay_ms = opt.purge_delay_ms;
@@ -198,8 +201,7 @@ static void default_init(void) {
   mtp_options_t opt;
   mtp_options_init(&opt);
   opt.name = "default";
-  mtp_pool_internal_t *p = pool_new(&opt, true);
-  if (p == NULL) abort(); /* cannot run without the default pool's record (a few KiB) */
+  mtp_pool_internal_t *p = pool_new(&opt, true); /* static record: cannot fail */
   __atomic_store_n(&mtp__default_pool_ptr, p, __ATOMIC_RELEASE);
 }
 

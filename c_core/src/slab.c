@@ -73,8 +73,9 @@ bool mtp__slab_detach(mtp_slab_t *s) {
   uintptr_t expect = MTP_TF_OWNED;
   /* release: detached_used is visible to every freer that sees the slab detached */
   if (mtp__cas_strong_acq_rel(&s->thread_free, &expect, 0)) return true;
-  mtp__store_relaxed(&s->owner, (uintptr_t)mtp__slab_heap(s)->thread);
-  mtp__slab_collect(s);
+  mtp_heap_t *h = mtp__slab_heap(s);
+  mtp__store_relaxed(&s->owner, (uintptr_t)h->thread);
+  h->remote_collected += mtp__slab_collect(s);
   return false;
 }
 

@@ -100,7 +100,7 @@ typedef struct mtp_stats {
   size_t large_bytes;      /* bytes mapped for those */
   uint64_t allocs;         /* cumulative successful allocations */
   uint64_t frees;          /* cumulative frees (allocs - blocks_in_use) */
-  uint64_t remote_frees;   /* cumulative frees by a thread other than the block's owner */
+  uint64_t remote_frees;   /* cumulative frees by a thread other than the block's owner (0 in checked mode) */
   uint64_t bytes_returned; /* cumulative bytes given back to the OS (purged or unmapped) */
   unsigned num_classes;    /* entries used in classes[] */
   mtp_class_stats_t classes[MTP_STATS_MAX_CLASSES];
