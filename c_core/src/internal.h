@@ -300,6 +300,7 @@ struct mtp_pool {
   size_t mapped_bytes;
   size_t clean_bytes; /* mapped pages known not resident: never used, or purged */
   bool purge_pending;
+  unsigned fresh_streak; /* spans taken from never-touched pages in a row (region.c) */
   /* large blocks: under the large lock */
   struct mtp_large *large;
   size_t large_count, large_bytes;

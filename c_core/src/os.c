@@ -57,6 +57,18 @@ void *mtp__os_map(size_t size, size_t alignment) {
   return (void *)start;
 }
 
+int mtp__os_populate(void *p, size_t size) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+  static _Atomic(int) unsupported;
+  if (atomic_load_explicit(&unsupported, memory_order_relaxed)) return ENOTSUP;
+  if (madvise(p, size, MADV_POPULATE_WRITE) == 0) return 0;
+  int e = errno;
+  if (e == EINVAL) atomic_store_explicit(&unsupported, 1, memory_order_relaxed);
+  return e;
+}
+
 int mtp__os_unmap(void *p, size_t size) { return munmap(p, size) == 0 ? 0 : errno; }
 
 int mtp__os_purge(void *p, size_t size) {

@@ -10,6 +10,9 @@
 /* Map size bytes (a multiple of 4 KiB) aligned to alignment (a power of two >= 4 KiB), readable
  * and writable, zero-filled. NULL + errno ENOMEM if the OS refuses. */
 void *mtp__os_map(size_t size, size_t alignment);
+/* Fault [p, p+size) in now, in one call, instead of one page fault per 4 KiB later.
+ * Returns ENOTSUP where the kernel lacks MADV_POPULATE_WRITE (before Linux 5.14). */
+int mtp__os_populate(void *p, size_t size);
 /* pre: [p, p+size) was mapped by mtp__os_map (whole or a page-aligned part). */
 int mtp__os_unmap(void *p, size_t size);
 /* Give the pages back to the OS; they read as zero when touched again. pre: page-aligned. */

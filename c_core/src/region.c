@@ -104,6 +104,35 @@ static int find_run(mtp_region_t *r, unsigned k, bool dirty_only) {
   return -1;
 }
 
+/* A pool that keeps taking never-touched pages is growing: fault the span and the free clean
+ * pages after it in with one call (a window of up to 1 MiB) rather than one fault per 4 KiB.
+ * The extra pages become free-and-dirty, so the next spans come from them, and the purge
+ * returns them after the delay should the growth stop. */
+#define POPULATE_STREAK 4
+#define POPULATE_PAGES 64
+static void populate_ahead(mtp_pool_internal_t *pool, mtp_region_t *r, unsigned at, unsigned pages,
+                           bool clean) {
+  if (!clean) {
+    pool->fresh_streak = 0;
+    return;
+  }
+  if (++pool->fresh_streak < POPULATE_STREAK) return;
+  unsigned end = at + pages;
+  while (end < MTP_PAGES_PER_REGION && end < at + POPULATE_PAGES &&
+         (r->h.free_mask[end / 64] >> (end % 64) & 1) && !(r->h.dirty_mask[end / 64] >> (end % 64) & 1))
+    end++;
+  if (mtp__os_populate((char *)r + ((size_t)at << MTP_PAGE_SHIFT),
+                       (size_t)(end - at) << MTP_PAGE_SHIFT) != 0)
+    return;
+  uint64_t now = mtp__os_now_ms();
+  for (unsigned i = at + pages; i < end; i++) {
+    r->h.dirty_mask[i / 64] |= (uint64_t)1 << (i % 64);
+    r->slabs[i].free_time_ms = now;
+    pool->clean_bytes -= MTP_PAGE_SIZE;
+  }
+  if (end > at + pages) mtp__pool_note_free_pages(pool, now);
+}
+
 mtp_slab_t *mtp__region_alloc_span(mtp_pool_internal_t *pool, unsigned pages) {
   mtp_region_t *found = NULL;
   int at = -1;
@@ -123,12 +152,17 @@ mtp_slab_t *mtp__region_alloc_span(mtp_pool_internal_t *pool, unsigned pages) {
     if (found == NULL) return NULL;
     at = find_run(found, pages, false);
   }
+  bool clean = true;
   for (unsigned i = (unsigned)at; i < (unsigned)at + pages; i++) {
     uint64_t bit = (uint64_t)1 << (i % 64);
-    if (!(found->h.dirty_mask[i / 64] & bit)) pool->clean_bytes -= MTP_PAGE_SIZE;
+    if (!(found->h.dirty_mask[i / 64] & bit))
+      pool->clean_bytes -= MTP_PAGE_SIZE;
+    else
+      clean = false;
     found->h.free_mask[i / 64] &= ~bit;
     found->h.dirty_mask[i / 64] &= ~bit;
   }
+  populate_ahead(pool, found, (unsigned)at, pages, clean);
   found->h.free_pages -= pages;
   if (found->h.free_pages == 0) { /* full: to the back */
     list_remove(pool, found);
