@@ -175,20 +175,21 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
       if (mtp__slab_extend(s)) break;
       /* exhausted: let it go; frees into it now take the shared path */
       if (!mtp__slab_detach(s)) break;
+      s->used &= ~MTP_USED_CURRENT;
       h->current[cls] = &mtp__slab_empty;
     }
     s = h->partial[cls];
     if (s != NULL) {
       partial_remove(h, s);
       h->remote_collected += mtp__slab_collect(s);
-      h->current[cls] = s;
-      continue;
+    } else {
+      s = slab_acquire(pool, h, cls);
+      if (s == NULL) {
+        errno = ENOMEM;
+        return NULL;
+      }
     }
-    s = slab_acquire(pool, h, cls);
-    if (s == NULL) {
-      errno = ENOMEM;
-      return NULL;
-    }
+    s->used |= MTP_USED_CURRENT;
     h->current[cls] = s;
   }
   mtp_block_t *b = s->free;
@@ -322,7 +323,10 @@ void mtp__heap_abandon(mtp_heap_t *h) {
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
     mtp_slab_t *s = h->current[c];
     h->current[c] = &mtp__slab_empty;
-    if (s != &mtp__slab_empty) abandon_slab(pool, h, s, now);
+    if (s != &mtp__slab_empty) {
+      s->used &= ~MTP_USED_CURRENT;
+      abandon_slab(pool, h, s, now);
+    }
     while ((s = h->partial[c]) != NULL) {
       partial_remove(h, s);
       abandon_slab(pool, h, s, now);

@@ -124,12 +124,18 @@ enum { MTP_LIST_NONE = 0, MTP_LIST_HEAP_PARTIAL, MTP_LIST_POOL_PARTIAL, MTP_LIST
  *   next, prev, list           the owner (heap lists) or the pool lock (pool lists).
  *   cls, block_size, end,      set when the slab is formatted, under the pool lock, before the
  *   pages, kind, capacity      slab is handed to any thread; constant until it is released.
- * Counting identities:
- *   OWNED:    blocks in use = used - TF_COUNT(thread_free);  used + |free| + unbumped == capacity
+ * Counting identities (MTP_USED strips the current-slab bias from used):
+ *   OWNED:    blocks in use = MTP_USED - TF_COUNT(thread_free);  MTP_USED + |free| + unbumped
+ *             == capacity
  *   DETACHED: blocks in use = detached_used - TF_COUNT(thread_free)
  * A detached slab whose count reaches detached_used is entirely free: the thread whose CAS got it
  * there (exactly one) releases it under the pool lock, unless a thread adopted it first.
  */
+/* While a slab is its heap's current slab, `used` carries this bias, so that the free fast path's
+ * `--used == 0` (slab empty: retire it) never fires for the slab being allocated from. */
+#define MTP_USED_CURRENT ((uint32_t)1 << 31)
+#define MTP_USED(s) ((s)->used & ~MTP_USED_CURRENT)
+
 typedef struct mtp_slab {
   /* first cache line: the owner's */
   mtp_block_t *free;

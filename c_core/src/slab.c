@@ -68,7 +68,7 @@ uint32_t mtp__slab_collect(mtp_slab_t *s) {
 }
 
 bool mtp__slab_detach(mtp_slab_t *s) {
-  s->detached_used = s->used;
+  s->detached_used = MTP_USED(s);
   mtp__store_relaxed(&s->owner, 0);
   uintptr_t expect = MTP_TF_OWNED;
   /* release: detached_used is visible to every freer that sees the slab detached */

@@ -12,7 +12,8 @@
 MTP_NO_TSAN static size_t slab_in_use(mtp_slab_t *s) {
   uintptr_t w = mtp__load_relaxed(&s->thread_free);
   uint32_t pending = MTP_TF_COUNT(w);
-  uint32_t base = (w & MTP_TF_OWNED) ? *(volatile uint32_t *)&s->used : s->detached_used;
+  uint32_t base = (w & MTP_TF_OWNED) ? (*(volatile uint32_t *)&s->used & ~MTP_USED_CURRENT)
+                                      : s->detached_used;
   return base > pending ? base - pending : 0;
 }
 
