@@ -56,12 +56,13 @@ run_ctest() { # name build-dir ctest-args...
   rm -f "$log"
 }
 
-configure_build() { # dir cmake-args...
-  local dir=$1
-  shift
+configure_build() { # dir "targets (empty: all)" cmake-args...
+  local dir=$1 targets=$2 tflags=()
+  shift 2
+  for t in $targets; do tflags+=(--target "$t"); done
   cmake -S "$here" -B "$dir" -DMTPOOL_WERROR=ON "$@" >/dev/null
-  cmake --build "$dir" -j"$jobs" 2>&1 | grep -E "warning|error|Error" || true
-  cmake --build "$dir" -j"$jobs" >/dev/null # fails the script if the build failed
+  cmake --build "$dir" -j"$jobs" "${tflags[@]}" 2>&1 | grep -E "warning|error|Error" || true
+  cmake --build "$dir" -j"$jobs" "${tflags[@]}" >/dev/null # fails the script if the build failed
 }
 
 t0=$(date +%s)
@@ -70,23 +71,24 @@ for stage in $stages; do
   echo "== stage $stage"
   case $stage in
     release)
-      configure_build "$out/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
+      configure_build "$out/release" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
       run_ctest release "$out/release"
       ;;
     asan)
-      configure_build "$out/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined"
+      configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined"
       ASAN_OPTIONS=detect_leaks=1 run_ctest asan+ubsan "$out/asan"
       ;;
     tsan)
-      configure_build "$out/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_SANITIZE=thread
+      configure_build "$out/tsan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_SANITIZE=thread
       TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_ctest tsan "$out/tsan"
       ;;
     fuzz)
-      CC=clang CXX=clang++ configure_build "$out/fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_FUZZ=ON
+      (export CC=clang CXX=clang++
+       configure_build "$out/fuzz" fuzz_mtpool -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_FUZZ=ON)
       run_ctest fuzz "$out/fuzz" -L fuzz
       ;;
     valgrind)
-      configure_build "$out/valgrind" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_VALGRIND=ON
+      configure_build "$out/valgrind" test_rel_valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_VALGRIND=ON
       run_ctest valgrind "$out/valgrind" -L valgrind
       ;;
     consumer)
