@@ -101,16 +101,27 @@ TEST(MemoryResourceTest, AlignmentAndErrors) {
   const std::size_t sizes[] = {0, 1, 7, 8, 24, 40, 64, 100, 256, 1000, 4096, 40000, 100000};
   for (std::size_t align = 1; align <= 4096; align *= 2) {
     for (std::size_t bytes : sizes) {
-      void *q = res.allocate(bytes, align);
-      EXPECT_TRUE(aligned_to(q, align)) << bytes << " bytes, alignment " << align;
-      if (bytes > 0) static_cast<unsigned char *>(q)[bytes - 1] = 1;
-      res.deallocate(q, bytes, align);
+      // Several blocks live at once, so that they are not all the same (first) block.
+      void *q[8];
+      for (void *&b : q) {
+        b = res.allocate(bytes, align);
+        EXPECT_TRUE(aligned_to(b, align)) << bytes << " bytes, alignment " << align;
+        if (bytes > 0) static_cast<unsigned char *>(b)[bytes - 1] = 1;
+      }
+      for (void *b : q) res.deallocate(b, bytes, align);
     }
   }
   EXPECT_EQ(p.stats().blocks_in_use, 0u);
   EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max() / 2), std::bad_alloc);
   EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max() / 2, 64),
                std::bad_alloc);
+  // Sizes whose rounding up would wrap around, and alignments that are not powers of two.
+  EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max(), 8), std::bad_alloc);
+  EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max() - 3, 16),
+               std::bad_alloc);
+  EXPECT_THROW((void)res.allocate(8, 3), std::bad_alloc);
+  EXPECT_THROW((void)res.allocate(8, 0), std::bad_alloc);
+  EXPECT_THROW((void)res.allocate(64, 48), std::bad_alloc);
 }
 
 TEST(MemoryResourceTest, UpstreamOfStandardPmrResources) {

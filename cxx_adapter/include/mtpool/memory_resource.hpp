@@ -12,8 +12,9 @@
 //   3. do_deallocate passes the size to the core (sized free); any thread may call it.
 //   4. Two mtpool::memory_resource objects are equal when they are over the same pool, so
 //      containers on either may exchange memory (needs RTTI; without it, only the same object).
-//   5. Alignments up to 16 for sizes that are multiples of the alignment use the plain API (the
-//      pmr containers' usual requests); anything else uses the aligned API.
+//   5. Alignments up to 16 use the plain API (the fast path), with the size rounded up to a
+//      multiple of the alignment (pmr containers' requests already are); larger alignments use
+//      the aligned API.
 #ifndef MTPOOL_MEMORY_RESOURCE_HPP
 #define MTPOOL_MEMORY_RESOURCE_HPP
 
@@ -24,6 +25,7 @@
 #include <mtpool/allocator.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory_resource>
 #include <new>
 
@@ -55,19 +57,20 @@ class memory_resource : public std::pmr::memory_resource {
   // Effects: allocates bytes aligned to alignment from the pool.
   // Throws: std::bad_alloc when memory runs out or alignment is not a power of two.
   void *do_allocate(std::size_t bytes, std::size_t alignment) override {
-    void *p;
-    if (alignment <= detail::plain_alignment && bytes != 0 && (bytes & (alignment - 1)) == 0) {
-      p = mtp_pool_alloc(pool_, bytes);
-    } else {
-      p = mtp_pool_alloc_aligned(pool_, bytes, alignment);
+    // No object exceeds PTRDIFF_MAX bytes (which also keeps the rounding below from wrapping).
+    if (bytes > max_request || alignment == 0 || (alignment & (alignment - 1)) != 0) {
+      detail::throw_bad_alloc();
     }
+    void *p = alignment <= detail::plain_alignment
+                  ? mtp_pool_alloc(pool_, plain_size(bytes, alignment))
+                  : mtp_pool_alloc_aligned(pool_, bytes, alignment);
     if (p == nullptr) detail::throw_bad_alloc();
     return p;
   }
 
   // Effects: frees p, which do_allocate(bytes, alignment) gave, with its size. Throws nothing.
-  void do_deallocate(void *p, std::size_t bytes, std::size_t /*alignment*/) override {
-    mtp_free_sized(p, bytes);
+  void do_deallocate(void *p, std::size_t bytes, std::size_t alignment) override {
+    mtp_free_sized(p, alignment <= detail::plain_alignment ? plain_size(bytes, alignment) : bytes);
   }
 
   // Returns: whether other is this object, or an mtpool::memory_resource over the same pool.
@@ -79,6 +82,15 @@ class memory_resource : public std::pmr::memory_resource {
 #else
     return false;
 #endif
+  }
+
+  // Requests up to 16-byte alignment go to the plain API (the fast path) with the size rounded
+  // up to a multiple of the alignment: plain blocks of such sizes are aligned enough. Size 0
+  // asks for one alignment's worth, so that even an empty block is aligned.
+  static constexpr std::size_t max_request =
+      static_cast<std::size_t>(PTRDIFF_MAX) - detail::plain_alignment;
+  static std::size_t plain_size(std::size_t bytes, std::size_t alignment) noexcept {
+    return bytes == 0 ? alignment : (bytes + alignment - 1) & ~(alignment - 1);
   }
 
   mtp_pool_t *pool_;
