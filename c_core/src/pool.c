@@ -257,20 +257,22 @@ size_t mtp_pool_trim(mtp_pool_t *pool_) {
 
 /* ---- fork: hold every lock across fork() so the child finds them consistent ---- */
 
+/* Lock order, everywhere: registry, pool (in registry order), large, meta, purger. A pool lock
+ * is held while the purge thread is woken (purger lock), so the purger lock comes last. */
 void mtp__fork_prepare(void) {
-  pthread_mutex_lock(&purger_lock);
   pthread_mutex_lock(&mtp__registry_lock);
   for (mtp_pool_internal_t *p = mtp__pools; p; p = p->reg_next) mtp__pool_lock(p);
   pthread_mutex_lock(&mtp__large_lock);
   pthread_mutex_lock(&mtp__meta_lock);
+  pthread_mutex_lock(&purger_lock);
 }
 
 void mtp__fork_parent(void) {
+  pthread_mutex_unlock(&purger_lock);
   pthread_mutex_unlock(&mtp__meta_lock);
   pthread_mutex_unlock(&mtp__large_lock);
   for (mtp_pool_internal_t *p = mtp__pools; p; p = p->reg_next) mtp__pool_unlock(p);
   pthread_mutex_unlock(&mtp__registry_lock);
-  pthread_mutex_unlock(&purger_lock);
 }
 
 void mtp__fork_child(void) {
