@@ -5,13 +5,14 @@
 #   3. ThreadSanitizer build: every ctest test
 #   4. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
 #   5. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
-#   6. install, then build a consumer project with find_package(mtpool) and pkg-config
+#   6. shared library: only mtp_* symbols are exported; the C tests pass against it
+#   7. install, then build a consumer project with find_package(mtpool) and pkg-config
 # Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
 # subset, e.g. MTPOOL_TEST_STAGES="release asan".
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-stages=${MTPOOL_TEST_STAGES:-"release asan tsan fuzz valgrind consumer"}
+stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer"}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
 need=()
@@ -73,6 +74,19 @@ for stage in $stages; do
     release)
       configure_build "$out/release" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
       run_ctest release "$out/release"
+      ;;
+    shared)
+      configure_build "$out/shared" "mtpool test_api test_mt test_trim" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DBUILD_SHARED_LIBS=ON -DMTPOOL_BUILD_EXAMPLES=OFF
+      lib=$(ls "$out"/shared/c_core/libmtpool.so.*.*.* | head -1)
+      bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v '^mtp_' || true)
+      if [ -n "$bad" ]; then
+        echo "exported symbols outside mtp_*: $bad"
+        failed=$((failed + 1)); summary+=("shared: symbols outside mtp_* exported")
+      else
+        echo "libmtpool.so exports $(nm -D --defined-only "$lib" | grep -c ' T mtp_') mtp_* functions and nothing else"
+        run_ctest shared "$out/shared" -R '^test_(api|mt|trim)$'
+      fi
       ;;
     asan)
       configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined"
