@@ -95,7 +95,7 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static void *child_thread(void *arg) {
+static __attribute__((unused)) void *child_thread(void *arg) {
   (void)arg;
   for (int i = 0; i < 2000; i++) {
     void *q = mtp_pool_alloc(g_pool, (size_t)i % 300);
