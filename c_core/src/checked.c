@@ -41,8 +41,9 @@ static void *take_block(mtp_pool_internal_t *pool, unsigned cls) {
     char *b;
     if (s->free != NULL) {
       mtp_block_t *blk = s->free;
-      mtp__track_alloc(blk, s->block_size);
       s->free = mtp__block_next(blk);
+      mtp__track_alloc(blk, s->block_size);
+      mtp__track_defined(blk, s->block_size); /* the fill pattern is read below */
       b = (char *)blk;
       bool intact = true;
       for (size_t i = sizeof(mtp_block_t); i < s->block_size; i++) intact = intact && (unsigned char)b[i] == FREED;

@@ -216,6 +216,8 @@ mtp_slab_t *mtp__region_alloc_span(mtp_pool_internal_t *pool, unsigned pages);
 void mtp__region_free_span(mtp_pool_internal_t *pool, mtp_slab_t *s, uint64_t now_ms);
 size_t mtp__region_purge(mtp_pool_internal_t *pool, uint64_t now_ms, bool force);
 void mtp__region_unmap_all(mtp_pool_internal_t *pool);
+/* Valgrind builds: tell memcheck that every block still in use in pool is freed (pool destroy). */
+void mtp__region_forget_blocks(mtp_pool_internal_t *pool);
 
 /* ------------------------------------------------------------------------------------------------
  * Slabs (slab.c)

@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "os.h"
+#include "track.h"
 
 pthread_mutex_t mtp__registry_lock = PTHREAD_MUTEX_INITIALIZER;
 mtp_pool_internal_t *mtp__pools;
@@ -189,6 +190,7 @@ static mtp_pool_internal_t *pool_new(const mtp_options_t *in, bool is_default) {
     memcpy(p->name + 5, e, strlen(e) + 1);
   }
   pool_ids[id] = p;
+  mtp__track_pool_create(p);
   p->reg_next = mtp__pools;
   if (mtp__pools) mtp__pools->reg_prev = p;
   mtp__pools = p;
@@ -225,6 +227,7 @@ void mtp_pool_destroy(mtp_pool_t *pool_) {
   /* Unbind every heap: their threads notice at their next use of this pool id, or at exit. */
   for (mtp_heap_t *h = p->heaps; h; h = h->pool_next) mtp__store_relaxed(&h->pool, 0);
   p->heaps = NULL;
+  mtp__track_pool_destroy(p);
   mtp__region_unmap_all(p);
   mtp__pool_unlock(p);
   mtp__large_destroy_pool(p);

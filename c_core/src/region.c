@@ -78,7 +78,7 @@ static void region_unmap(mtp_pool_internal_t *pool, mtp_region_t *r) {
   atomic_store_explicit(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0, memory_order_relaxed);
   pool->mapped_bytes -= MTP_REGION_SIZE;
   /* Addresses may be reused by anyone after the unmap: leave no poison behind. */
-  mtp__track_alloc(r, MTP_REGION_SIZE);
+  mtp__track_unmap(r, MTP_REGION_SIZE);
   mtp__os_unmap(r, MTP_REGION_SIZE);
 }
 
@@ -249,3 +249,33 @@ void mtp__region_unmap_all(mtp_pool_internal_t *pool) {
   while (pool->regions) region_unmap(pool, pool->regions);
   pool->clean_bytes = 0;
 }
+
+#if defined(MTP_TRACK_VALGRIND)
+static void mark(mtp_slab_t *s, uint8_t *seen, mtp_block_t *list) {
+  char *start = mtp__slab_start(s);
+  for (uint32_t n = 0; list != NULL && n < s->capacity; n++) {
+    size_t i = (size_t)((char *)list - start) / s->block_size;
+    seen[i / 8] |= (uint8_t)(1u << (i % 8));
+    list = mtp__block_next(list);
+  }
+}
+
+void mtp__region_forget_blocks(mtp_pool_internal_t *pool) {
+  for (mtp_region_t *r = pool->regions; r; r = r->h.next) {
+    for (unsigned p = FIRST_PAGE; p < MTP_PAGES_PER_REGION; p++) {
+      mtp_slab_t *s = &r->slabs[p];
+      if (s->kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE) continue;
+      uint8_t seen[MTP_PAGE_SIZE / 8 / 8 + 1] = {0}; /* one bit per block: at most 2048 */
+      mark(s, seen, s->free);
+      mark(s, seen, MTP_TF_PTR(mtp__load_relaxed(&s->thread_free)));
+      char *start = mtp__slab_start(s);
+      for (uint32_t i = 0; start + (size_t)(i + 1) * s->block_size <= s->bump; i++) {
+        bool live = s->check_bits ? (s->check_bits[i / 8] >> (i % 8) & 1) : !(seen[i / 8] >> (i % 8) & 1);
+        if (live) VALGRIND_FREELIKE_BLOCK(start + (size_t)i * s->block_size, 0);
+      }
+    }
+  }
+}
+#else
+void mtp__region_forget_blocks(mtp_pool_internal_t *pool) { (void)pool; }
+#endif

@@ -21,6 +21,10 @@
 /* noinline: an inlined body would be instrumented as part of its caller */
 #define MTP_NO_ASAN __attribute__((no_sanitize("address"), noinline, unused))
 #define mtp__track_poison(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define mtp__track_unmap(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#define mtp__track_defined(p, n) ((void)(p), (void)(n))
+#define mtp__track_pool_create(pool) ((void)(pool))
+#define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_free(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #elif defined(MTP_VALGRIND) && MTP_VALGRIND
@@ -28,13 +32,22 @@
 #include <valgrind/memcheck.h>
 #define MTP_NO_ASAN
 #define mtp__track_poison(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
+#define mtp__track_unmap(p, n) ((void)(p), (void)(n)) /* memcheck forgets unmapped memory */
+#define mtp__track_defined(p, n) VALGRIND_MAKE_MEM_DEFINED((p), (n))
 #define mtp__track_alloc(p, n) VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, 0)
-#define mtp__track_free(p, n) ((void)(n), VALGRIND_FREELIKE_BLOCK((p), 0))
+#define mtp__track_free(p, n) VALGRIND_FREELIKE_BLOCK((p), 0)
+#define mtp__track_pool_create(pool) ((void)(pool))
+/* destroying a pool frees its blocks for memcheck too (region.c) */
+#define mtp__track_pool_destroy(pool) mtp__region_forget_blocks(pool)
 #define MTP_TRACK_VALGRIND 1
 #else
 #define MTP_NEXT_FN MTP_INLINE
 #define MTP_NO_ASAN
 #define mtp__track_poison(p, n) ((void)(p), (void)(n))
+#define mtp__track_unmap(p, n) ((void)(p), (void)(n))
+#define mtp__track_defined(p, n) ((void)(p), (void)(n))
+#define mtp__track_pool_create(pool) ((void)(pool))
+#define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ((void)(p), (void)(n))
 #define mtp__track_free(p, n) ((void)(p), (void)(n))
 #endif
