@@ -284,6 +284,7 @@ TEST_F(AllocatorTest, PoolOwnsNamesMovesAndReports) {
   EXPECT_STREQ(a.name(), "");
   EXPECT_EQ(a.stats().blocks_in_use, 0u);
   EXPECT_EQ(a.trim(), 0u);
+  EXPECT_EQ(PA<int>(a).pool_handle(), mtp_default_pool());  // like nullptr: the default pool
   a = std::move(c);  // a takes the pool back; c is empty
   EXPECT_EQ(a.get(), h);
   EXPECT_EQ(c.get(), nullptr);

@@ -325,11 +325,12 @@ class pool_allocator {
   // Effects: binds to the default pool (mtp_default_pool()). Throws nothing.
   pool_allocator() noexcept : pool_(mtp_default_pool()) {}
 
-  // Effects: binds to p's pool (p must hold one and outlive the allocations). Throws nothing.
-  pool_allocator(mtpool::pool &p) noexcept : pool_(p.get()) {}
+  // Effects: binds to p's pool, which must outlive the allocations (a moved-from p, which holds
+  // no pool, gives the default pool, as nullptr does). Throws nothing.
+  pool_allocator(mtpool::pool &p) noexcept : pool_(or_default(p.get())) {}
 
   // Effects: binds to the C pool p; nullptr means the default pool. Throws nothing.
-  explicit pool_allocator(mtp_pool_t *p) noexcept : pool_(p != nullptr ? p : mtp_default_pool()) {}
+  explicit pool_allocator(mtp_pool_t *p) noexcept : pool_(or_default(p)) {}
 
   // Effects: binds to other's pool (rebinding keeps the pool). Throws nothing.
   template <class U>
@@ -359,6 +360,10 @@ class pool_allocator {
   mtp_pool_t *pool_handle() const noexcept { return pool_; }
 
  private:
+  static mtp_pool_t *or_default(mtp_pool_t *p) noexcept {
+    return p != nullptr ? p : mtp_default_pool();
+  }
+
   mtp_pool_t *pool_;
 };
 

@@ -38,9 +38,9 @@ class memory_resource : public std::pmr::memory_resource {
   // Effects: a resource over the default pool. Throws nothing.
   memory_resource() noexcept : pool_(mtp_default_pool()) {}
 
-  // Effects: a resource over p's pool (p must hold one and outlive the resource's blocks).
-  // Throws nothing.
-  explicit memory_resource(mtpool::pool &p) noexcept : pool_(p.get()) {}
+  // Effects: a resource over p's pool, which must outlive the resource's blocks (a moved-from p,
+  // which holds no pool, gives the default pool, as nullptr does). Throws nothing.
+  explicit memory_resource(mtpool::pool &p) noexcept : memory_resource(p.get()) {}
 
   // Effects: a resource over the C pool p; nullptr means the default pool. Throws nothing.
   explicit memory_resource(mtp_pool_t *p) noexcept
