@@ -18,8 +18,8 @@ def size_mid(n):  # .. 16 KiB
     return [0x40 | (n >> 8) & 63, n & 255]
 
 
-def size_big(n):  # .. 1 MiB
-    return [0x80 | (n >> 16) & 63, n & 255, (n >> 8) & 255]
+def size_big(n):  # .. 256 KiB, a multiple of 16
+    return [0x80 | (n >> 12) & 63, (n >> 4) & 255]
 
 
 def size_edge(i, d):  # class boundaries, d: 0 e-1, 1 e, 2 e+1, 3 e-8, 4 e+8
