@@ -7,7 +7,9 @@
 #include "cxx_test_util.hpp"
 
 #include <cstdint>
+#include <future>
 #include <limits>
+#include <scoped_allocator>
 #include <list>
 #include <map>
 #include <memory>
@@ -507,6 +509,41 @@ TEST_F(AllocatorTest, PoolDroppedInOneCall) {
   p = mtpool::pool("cxx-arena-next");  // destroys the old pool, and with it all 100000 nodes
   ::operator delete(static_cast<void *>(m));  // the map header alone, without its destructor
   EXPECT_EQ(p.stats().blocks_in_use, 0u);
+}
+
+// ---- the rest of the library's allocator users -------------------------------------------------
+
+TEST_F(AllocatorTest, ScopedAllocatorPutsNestedContainersInOnePool) {
+  // With std::scoped_allocator_adaptor the outer container hands its pool to the elements it
+  // constructs, so a whole tree of containers lives in one pool.
+  mtpool::pool p("cxx-scoped");
+  typedef std::basic_string<char, std::char_traits<char>, PA<char>> S;
+  typedef std::scoped_allocator_adaptor<PA<S>> Outer;
+  {
+    std::vector<S, Outer> v{Outer(PA<S>(p))};
+    for (int i = 0; i < 100; ++i) v.emplace_back(50, 'n');  // each string gets v's pool
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      EXPECT_EQ(v[i].get_allocator().pool_handle(), p.get());
+      EXPECT_EQ(mtp_pool_of(v[i].data()), p.get());
+    }
+    EXPECT_EQ(p.stats().blocks_in_use, 101u);  // the buffer and 100 strings
+  }
+  EXPECT_EQ(p.stats().blocks_in_use, 0u);
+}
+
+TEST_F(AllocatorTest, PromiseSharedStateFromTheAllocator) {
+  mtpool::pool p("cxx-promise");
+  {
+    std::promise<int> pr(std::allocator_arg, PA<int>(p));
+    std::future<int> f = pr.get_future();
+    EXPECT_GE(p.stats().blocks_in_use, 1u);  // the shared state (and its result)
+    pr.set_value(7);
+    EXPECT_EQ(f.get(), 7);
+  }
+  EXPECT_EQ(p.stats().blocks_in_use, 0u);
+  std::promise<std::string> pr2(std::allocator_arg, mtpool::allocator<int>());
+  pr2.set_value("done");
+  EXPECT_EQ(pr2.get_future().get(), "done");
 }
 
 }  // namespace
