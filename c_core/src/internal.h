@@ -26,6 +26,11 @@
 
 #include "atomic.h"
 
+/* Everything declared below is internal to the library: hidden, so that even a position-
+ * independent build reaches the chunk map, the class table and the thread-locals directly
+ * rather than through the GOT. */
+#pragma GCC visibility push(hidden)
+
 /* ------------------------------------------------------------------------------------------------
  * Compiler helpers
  * ----------------------------------------------------------------------------------------------*/
@@ -383,5 +388,7 @@ void mtp__fork_child(void);
 
 static inline mtp_pool_internal_t *mtp__pool_in(mtp_pool_t *p) { return (mtp_pool_internal_t *)p; }
 static inline mtp_pool_t *mtp__pool_out(mtp_pool_internal_t *p) { return (mtp_pool_t *)p; }
+
+#pragma GCC visibility pop
 
 #endif
