@@ -1,0 +1,112 @@
+/*
+ * No leak on long-running paths: pools created and destroyed again and again (plain and checked,
+ * with blocks in use at destroy, large blocks, a second thread using them), and slabs emptied and
+ * trimmed again and again in one pool. The process's mapped memory (VmSize) and resident memory
+ * (VmRSS) after the warm-up may grow by no more than a small allowance, however many cycles run.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+
+#include "rel_util.h"
+
+static long status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t kl = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+      v = atol(line + kl + 1);
+      break;
+    }
+  if (f) fclose(f);
+  return v;
+}
+
+static void *use_pool(void *arg) {
+  mtp_pool_t *p = arg;
+  for (int i = 0; i < 20; i++) mtp_free(mtp_pool_alloc(p, (size_t)i * 300));
+  return NULL;
+}
+
+static void pool_cycle(int r, int check) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.check = check;
+  mtp_pool_t *p = mtp_pool_create(&o);
+  REL_REQUIRE(p, "pool create");
+  void *b[60];
+  for (int i = 0; i < 60; i++) {
+    size_t n = (size_t)(i * 97 + r) % 6000;
+    b[i] = mtp_pool_alloc(p, n);
+    REL_REQUIRE(b[i], "alloc");
+    memset(b[i], 1, n);
+  }
+  void *l = mtp_pool_alloc(p, 200000);
+  for (int i = 0; i < 30; i++) mtp_free(b[i]);
+  if (r % 8 == 0) {
+    pthread_t t;
+    pthread_create(&t, NULL, use_pool, p);
+    pthread_join(t, NULL);
+  }
+  mtp_free(l);
+  mtp_pool_destroy(p); /* 30 blocks still in use */
+}
+
+static void trim_cycle(mtp_pool_t *p, int r) {
+  void *b[200];
+  for (int i = 0; i < 200; i++) b[i] = mtp_pool_alloc(p, (size_t)(16 + (i + r) % 40 * 64));
+  for (int i = 0; i < 200; i++) mtp_free(b[i]);
+  mtp_thread_flush();
+  mtp_pool_trim(p);
+}
+
+static int phase(const char *name, int cycles, void (*fn)(int, void *), void *arg, int known) {
+  for (int r = 0; r < cycles / 10; r++) fn(r, arg); /* warm-up */
+  long vm0 = status_kb("VmSize"), rss0 = status_kb("VmRSS");
+  double t0 = rel_now();
+  for (int r = 0; r < cycles; r++) fn(r, arg);
+  long vm1 = status_kb("VmSize"), rss1 = status_kb("VmRSS");
+  printf("%-22s %6d cycles in %.1f s: VmSize %+ld kB, VmRSS %+ld kB\n", name, cycles,
+         rel_now() - t0, vm1 - vm0, rss1 - rss0);
+  /* allowance: 1 MiB, or a few bytes per cycle: not a steady growth */
+  long allow = 1024;
+  if ((vm1 - vm0 > allow || rss1 - rss0 > allow) && !(known >= 0 && rel_known_bug(known))) {
+    fprintf(stderr, "FAIL %s: memory grows by %.0f B per cycle (VmSize) / %.0f B (VmRSS)\n", name,
+            (vm1 - vm0) * 1024.0 / cycles, (rss1 - rss0) * 1024.0 / cycles);
+    return 1;
+  }
+  return 0;
+}
+
+static void plain_pools(int r, void *arg) {
+  (void)arg;
+  pool_cycle(r, 0);
+}
+static void checked_pools(int r, void *arg) {
+  (void)arg;
+  pool_cycle(r, 1);
+}
+static void trims(int r, void *arg) { trim_cycle(arg, r); }
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int cycles = REL_TSAN ? 1500 : REL_ASAN ? 3000 : 8000;
+  int failed = 0;
+  failed += phase("plain pool churn", cycles, plain_pools, NULL, -1);
+  failed += phase("checked pool churn", cycles, checked_pools, NULL, REL_BUG_CHECKED_LEAK);
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.check = 1;
+  o.purge_delay_ms = 0;
+  mtp_pool_t *cp = mtp_pool_create(&o);
+  failed += phase("checked slab reuse", cycles, trims, cp, -1);
+  mtp_pool_destroy(cp);
+  mtp_options_init(&o);
+  o.purge_delay_ms = 0;
+  o.thread_cache_bytes = 0;
+  mtp_pool_t *pp = mtp_pool_create(&o);
+  failed += phase("plain slab reuse", cycles, trims, pp, -1);
+  mtp_pool_destroy(pp);
+  return failed ? 1 : 0;
+}
