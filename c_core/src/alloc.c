@@ -153,9 +153,8 @@ void mtp_free_sized(void *p, size_t size) {
     return;
   }
   mtp_slab_t *s = mtp__page_desc(u);
-  if (MTP_LIKELY(size <= MTP_DIRECT_MAX &&
-                 mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
-                 mtp__class_direct[(size + 7) >> 3] == s->cls))
+  if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
+                 size - s->size_min <= s->size_span)) /* size maps to this block's class */
     free_local(s, (mtp_block_t *)p);
   else
     free_sized_slow(s, p, size);

@@ -147,7 +147,8 @@ typedef struct mtp_slab {
   uint32_t used;
   uint32_t block_size;
   char *bump; /* next block never handed out; == end when the slab has been carved fully */
-  char *end;
+  uint32_t size_min;  /* smallest request that maps to this class (a sized free checks */
+  uint32_t size_span; /* size - size_min <= size_span in one compare) */
   mtp_atomic_uptr owner;
   mtp_heap_t *heap; /* heap that owns it, or owned it last (type-stable memory) */
   struct mtp_slab *next, *prev;
@@ -155,6 +156,7 @@ typedef struct mtp_slab {
   mtp_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
   uint32_t detached_used;
   uint32_t capacity;
+  char *end;
   uint16_t cls;
   uint8_t pages;
   uint8_t kind;

@@ -16,6 +16,8 @@ void mtp__slab_format(mtp_slab_t *s, unsigned cls, bool checked) {
   s->capacity = (uint32_t)(span / bs);
   s->bump = start;
   s->end = start + (size_t)s->capacity * bs;
+  s->size_min = cls == 0 ? 0 : mtp__class_size[cls - 1] + 1;
+  s->size_span = bs - s->size_min;
   mtp__slab_set_heap(s, NULL);
   s->next = s->prev = NULL;
   s->detached_used = 0;
