@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     }
 #endif
   }
-  long random_inputs = REL_TSAN ? 300 : REL_ASAN ? 1000 : 2000;
+  long random_inputs = REL_TSAN ? 100 : REL_ASAN ? 1000 : 2000;
   if (getenv("MTP_FUZZ_REPLAY_RANDOM")) random_inputs = atol(getenv("MTP_FUZZ_REPLAY_RANDOM"));
   rel_rng_t r;
   rel_rng_seed(&r, 0xF022, 1, 2);

@@ -2,8 +2,8 @@
 """Writes the hand-made seed inputs of the fuzz target (fuzz_mtpool.c) into corpus/.
 
 Each operation is an opcode byte (low 4 bits), a slot byte, then its arguments; see
-LLVMFuzzerTestOneInput. Inputs libFuzzer found later are kept beside these (corpus/*), minimized
-with -merge=1."""
+LLVMFuzzerTestOneInput. Inputs libFuzzer found are kept beside these as corpus/found-<sha1>:
+about 8 minutes of fuzzing, reduced with -set_cover_merge=1 to the inputs that keep its coverage."""
 import os
 
 OP = dict(alloc=0, calloc=1, aligned=2, free=3, free_sized=4, realloc=5, create=6, destroy=7,

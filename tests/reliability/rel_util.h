@@ -102,9 +102,13 @@ enum {
 };
 
 static inline int rel_strict(void) {
-  static int v = -1;
-  if (v < 0) v = getenv("MTP_REL_STRICT") && atoi(getenv("MTP_REL_STRICT")) ? 1 : 0;
-  return v;
+  static int v = -1; /* threads may race to set it: same value, atomics keep TSan quiet */
+  int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
+  if (s < 0) {
+    s = getenv("MTP_REL_STRICT") && atoi(getenv("MTP_REL_STRICT")) ? 1 : 0;
+    __atomic_store_n(&v, s, __ATOMIC_RELAXED);
+  }
+  return s;
 }
 
 /* Whether to step around known bug `id` here (not in strict mode). Prints one line per bug. */
