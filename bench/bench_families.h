@@ -273,7 +273,7 @@ struct fam_mtpool_pool {
 // Visit every family compiled into this binary, in table order (mtpool first), and report the
 // missing ones through `missing(label, why)`.
 template <class Fn, class Missing>
-inline void for_each_family(Fn &&fn, Missing &&missing) {
+inline void for_each_family(Fn &&fn, [[maybe_unused]] Missing &&missing) {
 #if MTPOOL_BENCH_HAVE_MTPOOL
   fn(fam_mtpool{});
   fn(fam_mtpool_pool{});

@@ -15,11 +15,14 @@
 //         --timeout S (give up after S seconds and print {"timeout":true}, default 600).
 //
 // seed: the Google Benchmark seed workload (push_back n strings, copy each out, assign each), run
-//   once per thread; wall_s is from before the threads start to after they are joined.
+//   once per thread; wall_s is from before the threads start to after they are joined; cpu_s is the
+//   user + system CPU time of the process over the same span (less sensitive to a busy machine),
+//   minflt its page faults.
 // footprint / giveback: the threads build (barrier) -> peak sample -> free everything (barrier) ->
 //   after_free sample -> sleep delay-ms -> after_delay sample -> trim where the allocator can
 //   (each thread, then the main thread) -> after_trim sample -> threads exit -> after_exit sample.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -111,20 +114,36 @@ void seed_job(std::size_t len, long n, unsigned tid) {
   escape(list.back().data());
 }
 
+// CPU seconds (user + system) and minor page faults of the whole process so far.
+struct usage {
+  double cpu_s;
+  double minflt;
+};
+usage process_usage() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval &t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return {sec(ru.ru_utime) + sec(ru.ru_stime), static_cast<double>(ru.ru_minflt)};
+}
+
 template <class F>
 void run_seed(const options &o) {
   const long n = o.n < 0 ? 1000000 : o.n;
   std::size_t base = rss_bytes();
+  usage u0 = process_usage();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < o.threads; ++t) ts.emplace_back([&, t] { seed_job<F>(o.len, n, t); });
   for (auto &t : ts) t.join();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  usage u1 = process_usage();
   options shown = o;
   shown.n = n;
   header<F>(shown)
       .num("len", static_cast<double>(o.len))
       .num("wall_s", wall)
+      .num("cpu_s", u1.cpu_s - u0.cpu_s)
+      .num("minflt", u1.minflt - u0.minflt)
       .num("items_per_s", static_cast<double>(n) * o.threads / wall)
       .num("rss_base", static_cast<double>(base))
       .num("rss_end", static_cast<double>(rss_bytes()))

@@ -57,7 +57,7 @@ run_matrix "$SEED" 30 "$REPS" "$(seed_variants)"
 note "footprint workload"
 run_matrix "$FOOT" 60 1 "$(footprint_variants)"
 note "memory given back: $GIVEBACK_N blocks of 120 B, one allocator at a time"
-run_matrix "$GIVE" 300 1 "$PROC|--test,giveback,--threads,4,--n,$GIVEBACK_N"
+run_matrix "$GIVE" 120 1 "$PROC|--test,giveback,--threads,4,--n,$GIVEBACK_N"
 
 if command -v valgrind >/dev/null; then
   note "instructions per 48-byte pair (callgrind)"

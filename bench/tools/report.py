@@ -148,7 +148,7 @@ SEED_COLS = [("cxx11", 9, "C++11 string, 9 chars"), ("cxx11", 40, "C++11 string,
              ("cow", 9, "copy-on-write string, 9 chars"), ("cow", 40, "copy-on-write string, 40 chars")]
 
 
-def seed_report(rows, outdir, png):
+def seed_report(rows, outdir, png, metric="wall_s"):
     times = defaultdict(list)
     status = {}
     for d in rows:
@@ -161,7 +161,8 @@ def seed_report(rows, outdir, png):
             status.setdefault(k, "timed out")
             times.setdefault((k, col), [])
             continue
-        times[(k, col)].append(d["wall_s"])
+        if metric in d:
+            times[(k, col)].append(d[metric])
     keys = ordered_keys({k for k, _ in times} | set(status))
     med = {kc: statistics.median(v) for kc, v in times.items() if v}
     cols = [c[2] for c in SEED_COLS]
@@ -183,12 +184,18 @@ def seed_report(rows, outdir, png):
         trows.append((LABELS.get(k, k), cells))
         crows.append((LABELS.get(k, k), vals))
     nrep = max((len(v) for v in times.values()), default=0)
-    note = (f"Whole-job wall seconds (threads started to threads joined, each thread with its own list), "
-            f"4 threads x 1,000,000 elements, median of {nrep} fresh processes; "
-            f"(Nx) = time relative to mtpool::allocator. Largest spread (max-min)/median of a cell: "
-            f"{worst_spread * 100:.0f}%.")
-    md = table("Seed workload: std::list of strings, 4 threads", cols, trows, note)
-    if png:
+    if not med:
+        return "", med
+    what = ("Whole-job wall seconds (threads started to threads joined, each thread with its own list)"
+            if metric == "wall_s" else
+            "CPU seconds, user + system, of the process over the same span (less disturbed by other "
+            "jobs on a busy machine)")
+    note = (f"{what}, 4 threads x 1,000,000 elements, median of {nrep} fresh processes; "
+            f"(Nx) = relative to mtpool::allocator (above 1: slower than mtpool). Largest spread "
+            f"(max-min)/median of a cell: {worst_spread * 100:.0f}%.")
+    title = "Seed workload: std::list of strings, 4 threads" + ("" if metric == "wall_s" else ", CPU time")
+    md = table(title, cols, trows, note)
+    if png and metric == "wall_s":
         chart(os.path.join(outdir, "seed.png"), "Seed workload, 4 threads x 1,000,000 strings (lower is better)",
               "wall seconds", cols, crows)
     return md, med
@@ -410,7 +417,7 @@ def gbench_report(res, outdir, png):
         md += "\n" + table(title, cols, trows, note)
         summary[wl] = cells
         if png:
-            chart(os.path.join(outdir, f"{wl}.png"), title + " (higher is better)", "million items per second",
+            chart(os.path.join(outdir, f"gbench_{wl}.png"), title + " (higher is better)", "million items per second",
                   cols, crows)
     return md, summary
 
@@ -507,6 +514,9 @@ def main():
     if seed_rows:
         s, seed_med = seed_report(seed_rows, a.out, a.png)
         md.append(s)
+        s, seed_cpu = seed_report(seed_rows, a.out, False, "cpu_s")
+        if s:
+            md.append(s)
     if foot_rows:
         s, foot_med = footprint_report(foot_rows, a.out, a.png)
         md.append(s)
