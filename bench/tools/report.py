@@ -115,8 +115,10 @@ def chart(path_png, title, ylabel, cols, rows, log=False):
         for lab, vals in data:
             f.write('"%s"\t' % lab.replace(" (LD_PRELOAD)", "").replace(" (glibc malloc)", "")
                     + "\t".join("%g" % v if v is not None else "?" for v in vals) + "\n")
-    gp = f"""set terminal pngcairo size 1400,700 font ",10"
+    gp = f"""set terminal pngcairo noenhanced size 1400,760 font ",10"
 set output "{path_png}"
+set bmargin 12
+set rmargin 8
 set title "{title}"
 set ylabel "{ylabel}"
 set style data histograms
