@@ -27,7 +27,6 @@
 #include <mtpool/mtpool.h>
 
 #include "os.h" /* mtp__os_inject_failure */
-#include "rel_util.h" /* rel_known_bug */
 
 /* The model's byte loops (patterns, zero checks, overlap) are not what the fuzzer should learn
  * from, and tracing their comparisons made it several times slower. */
@@ -46,7 +45,6 @@ typedef struct fz_blk {
   size_t size;
   uint64_t tag;
   int pool;
-  int shrunk; /* resized in place by realloc */
   size_t align; /* alignment asked for, 0: plain */
 } fz_blk_t;
 
@@ -219,17 +217,11 @@ static void fz_batch_add(void *p, size_t size) {
 /* ---- model checks -----------------------------------------------------------------------------*/
 static mtp_pool_t *fz_handle(int pi) { return pi == 0 ? mtp_default_pool() : g_pool[pi].pool; }
 
-static int fz_checked_zero(int pi, size_t size) {
-  return size == 0 && g_pool[pi].check && rel_known_bug(REL_BUG_CHECKED_ZERO);
-}
-
 FZ_NOCOV static void fz_check_new(unsigned char *p, size_t size, size_t align, int pi, int zeroed) {
-  if (!fz_checked_zero(pi, size)) {
-    size_t u = mtp_usable_size(p);
-    if (u < size) FZ_FAIL("usable size %zu < %zu", u, size);
-    if (mtp_pool_of(p) != fz_handle(pi)) FZ_FAIL("pool_of(%p) wrong (pool %d)", (void *)p, pi);
-  }
-  if (align && ((uintptr_t)p & (align - 1)) && !(align <= 16 && rel_known_bug(REL_BUG_ALIGN16)))
+  size_t u = mtp_usable_size(p);
+  if (u < size) FZ_FAIL("usable size %zu < %zu", u, size);
+  if (mtp_pool_of(p) != fz_handle(pi)) FZ_FAIL("pool_of(%p) wrong (pool %d)", (void *)p, pi);
+  if (align && ((uintptr_t)p & (align - 1)))
     FZ_FAIL("%p (size %zu) not aligned to %zu", (void *)p, size, align);
   size_t len = size ? size : 1;
   for (int i = 0; i < FZ_SLOTS; i++) {
@@ -261,7 +253,6 @@ static void fz_put(int slot, unsigned char *p, size_t size, int pi) {
   b->size = size;
   b->tag = ++g_tag;
   b->pool = pi;
-  b->shrunk = 0;
   b->align = 0;
   fz_fill(p, size, b->tag);
   g_live_bytes += size;
@@ -305,15 +296,6 @@ static int fz_pick_pool(fz_in_t *in) {
 static void fz_free_slot(int s, int how) {
   fz_blk_t *b = &g_blk[s];
   fz_verify(b);
-  if (b->shrunk && (how == 1 || how == 2 || how == 5) && rel_known_bug(REL_BUG_SIZED_REALLOC))
-    how = 0;
-  if (g_pool[b->pool].check && b->align && b->align <= 16 && b->size < b->align &&
-      (how == 1 || how == 5) && rel_known_bug(REL_BUG_CHECKED_ALIGNED))
-    how = 0;
-  if (b->align > 16 && (how == 2 || how == 3) && !fz_checked_zero(b->pool, b->size) &&
-      mtp_usable_size(b->p) > b->size &&
-      rel_known_bug(REL_BUG_LARGE_SIZED))
-    how = 0;
   if (how == 1) {
     mtp_free_sized(b->p, b->size);
   } else if (how == 2 && !g_pool[b->pool].check) {
@@ -410,7 +392,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           fz_put(s, p, n, 0);
           break;
         }
-        if (fz_checked_zero(b->pool, b->size)) break;
         fz_verify(b);
         errno = 0;
         unsigned char *p = mtp_realloc(b->p, n);
@@ -423,7 +404,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!fz_intact(p, b->size, b->tag, keep))
           FZ_FAIL("realloc %p -> %p (%zu -> %zu) lost the contents", (void *)b->p, (void *)p,
                   b->size, n);
-        int pi = b->pool, smaller = n != b->size;
+        int pi = b->pool;
         unsigned char *old = b->p;
         g_live_bytes -= b->size;
         b->p = NULL;
@@ -437,9 +418,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (p != old) {
           g_pool[pi].allocs++;
           g_pool[pi].frees++;
-          b->shrunk = 0;
-        } else if (smaller) {
-          b->shrunk = 1;
         }
         break;
       }
@@ -515,7 +493,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           if (g_blk[i].p) fz_verify(&g_blk[i]);
         break;
       case 14:
-        if (b->p && !fz_checked_zero(b->pool, b->size)) {
+        if (b->p) {
           if (mtp_usable_size(b->p) < b->size) FZ_FAIL("usable size shrank");
           if (mtp_pool_of(b->p) != fz_handle(b->pool)) FZ_FAIL("pool_of changed");
         }

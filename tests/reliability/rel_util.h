@@ -79,25 +79,13 @@ static inline size_t rel_opaque(size_t v) {
 
 /* ---- core bugs found by these tests, reported, and not fixed yet ------------------------------
  * While a bug is open the tests step around it (and say so once per process) so that CI stays
- * useful; MTP_REL_STRICT=1 turns every one back into a failure. Remove an entry once fixed. */
+ * useful; MTP_REL_STRICT=1 turns every one back into a failure. Remove an entry once fixed (six
+ * were: alloc_aligned <= 16 misaligned, checked 0-byte blocks, sized free after in-place realloc,
+ * checked small aligned sizes, large aligned sized free, abort at first use under mmap failure). */
 enum {
-  REL_BUG_ALIGN16,      /* mtp_alloc_aligned(size, a <= 16) may give a block aligned to 8 only
-                           (e.g. size 88: 88-byte class), c_core/src/alloc.c alloc_aligned */
-  REL_BUG_CHECKED_ZERO, /* checked pool: a block of size 0 is taken for a foreign pointer by
-                           mtp_usable_size, mtp_pool_of and mtp_realloc (usable size 0) */
-  REL_BUG_SIZED_REALLOC, /* mtp_free_sized(p, n) after mtp_realloc(p, n) kept the block in place
-                            is reported as a wrong size (small block shrunk below its class; large
-                            block, whose record keeps the old size) */
-  REL_BUG_CHECKED_ALIGNED, /* checked pool: mtp_alloc_aligned(n, a <= 16) with n < a records the
-                              size as a, so mtp_free_sized(p, n) is reported as a wrong size */
-  REL_BUG_LARGE_SIZED,     /* a large block from an aligned request of a small size (e.g. 100 B at
-                              64 KiB) rejects mtp_free_sized sizes between the requested size and
-                              mtp_usable_size */
-  REL_BUG_FIRST_USE_ABORT, /* if mmap fails at mtpool's very first use, the process aborts (the
-                              default pool's record cannot be mapped), with no message */
-  REL_BUG_CHECKED_LEAK,    /* mtp_pool_destroy of a checked pool leaks the slabs' allocation
-                              bitmaps (mtp__meta_alloc in checked.c, never freed): ~1.2 KiB per
-                              pool in test_rel_leak */
+  REL_BUG_CHECKED_LEAK, /* mtp_pool_destroy of a checked pool leaks the slabs' allocation bitmaps
+                           (mtp__meta_alloc in checked.c, never freed): ~1.2 KiB per pool in
+                           test_rel_leak */
   REL_BUG_COUNT
 };
 
@@ -114,12 +102,6 @@ static inline int rel_strict(void) {
 /* Whether to step around known bug `id` here (not in strict mode). Prints one line per bug. */
 static inline int rel_known_bug(int id) {
   static const char *const what[REL_BUG_COUNT] = {
-      "alloc_aligned with alignment <= 16 may return an 8-aligned block",
-      "checked pool: usable_size/pool_of/realloc reject a 0-byte block",
-      "free_sized with the new size after an in-place realloc is reported",
-      "checked pool: free_sized(p, n) of alloc_aligned(n < a, a <= 16) is reported",
-      "large aligned block of a small size rejects free_sized sizes up to the usable size",
-      "mmap failing at the first use of mtpool aborts the process",
       "destroying a checked pool leaks its slabs' bitmaps",
   };
   static int said[REL_BUG_COUNT];

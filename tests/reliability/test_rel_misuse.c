@@ -843,7 +843,7 @@ int main(int argc, char **argv) {
                oc.word, known ? " KNOWN" : bad ? " FAIL" : "");
       if (bad && !known) failed++;
       if (known) known_cells++;
-      if (known) row_known++;
+      if (bad && c->known_bug) row_known++;
       printf(" %-26s", cell);
     }
     printf("  %s\n%s", c->what, why_all);

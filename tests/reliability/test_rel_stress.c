@@ -37,7 +37,6 @@ typedef struct blk {
   uint64_t tag;  /* pattern tag */
   uint8_t pool;  /* index into the round's pools */
   uint8_t align; /* log2 of the alignment asked for, 0: plain */
-  uint8_t shrunk; /* resized in place by realloc */
 } blk_t;
 
 typedef struct counters {
@@ -115,10 +114,6 @@ static void free_blk(slot_t *s, blk_t *b, int sized) {
   if (bad != (size_t)-1)
     slot_fail(s, "round %d slot %d: block %p (size %zu, pool %d) corrupt at offset %zu",
               s->rd->index, s->index, (void *)b->p, b->size, b->pool, bad);
-  if (sized && b->shrunk && rel_known_bug(REL_BUG_SIZED_REALLOC)) sized = 0;
-  if (sized && b->pool == 2 && b->align && b->align <= 4 && b->size < ((size_t)1 << b->align) &&
-      rel_known_bug(REL_BUG_CHECKED_ALIGNED))
-    sized = 0;
   if (sized)
     mtp_free_sized(b->p, b->size);
   else
@@ -134,11 +129,9 @@ static void check_new(slot_t *s, blk_t *b) {
               b->pool, b->align, errno);
     return;
   }
-  if (b->pool == 2 && b->size == 0 && rel_known_bug(REL_BUG_CHECKED_ZERO)) return;
   size_t u = mtp_usable_size(b->p);
   if (u < b->size) slot_fail(s, "usable size %zu < requested %zu", u, b->size);
-  if (b->align && ((uintptr_t)b->p & (((uintptr_t)1 << b->align) - 1)) &&
-      !(b->align <= 4 && rel_known_bug(REL_BUG_ALIGN16)))
+  if (b->align && ((uintptr_t)b->p & (((uintptr_t)1 << b->align) - 1)))
     slot_fail(s, "%p (size %zu) not aligned to %zu", (void *)b->p, b->size, (size_t)1 << b->align);
   if (!b->align) {
     size_t a = u & (~u + 1); /* largest power of two dividing the block */
@@ -197,9 +190,7 @@ static void one_op(slot_t *s, rel_rng_t *r) {
   uint64_t x = rel_below(r, 100);
   if (x < 45) { /* allocate into the slot (freeing what was there) */
     uint64_t kind = rel_below(r, 10);
-    if (b->p && kind < 2 &&
-        !(b->pool == 2 && b->size == 0 && rel_known_bug(REL_BUG_CHECKED_ZERO))) {
-      /* realloc the slot's block */
+    if (b->p && kind < 2) { /* realloc the slot's block */
       size_t ns = pick_size(r);
       size_t keep = ns < b->size ? ns : b->size;
       char *old = b->p;
@@ -211,10 +202,8 @@ static void one_op(slot_t *s, rel_rng_t *r) {
       if (rel_verify(np, keep, b->tag) != (size_t)-1)
         slot_fail(s, "realloc %p (%zu -> %zu) lost the contents", (void *)old, b->size, ns);
       if (np == old) {
-        if (ns != b->size) b->shrunk = 1;
         s->cnt.realloc_inplace++;
       } else {
-        b->shrunk = 0;
         s->cnt.realloc_moved++;
         s->cnt.allocs[b->pool]++;
         s->cnt.frees[b->pool]++;
@@ -231,7 +220,6 @@ static void one_op(slot_t *s, rel_rng_t *r) {
     b->pool = (uint8_t)pick_pool(r);
     b->size = pick_size(r);
     b->align = 0;
-    b->shrunk = 0;
     b->tag = rel_next(r);
     if (kind == 2) { /* calloc */
       size_t count = 1 + (size_t)rel_below(r, 8), each = b->size / count + 1;
