@@ -246,6 +246,11 @@ size_t mtp__region_purge(mtp_pool_internal_t *pool, uint64_t now_ms, bool force)
 }
 
 void mtp__region_unmap_all(mtp_pool_internal_t *pool) {
+  /* checked-mode slabs keep their allocation bitmaps in internal records */
+  for (mtp_region_t *r = pool->regions; r; r = r->h.next)
+    for (unsigned i = FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
+      if (r->slabs[i].kind == MTP_PAGE_SLAB && r->slabs[i].check_bits)
+        mtp__meta_free(r->slabs[i].check_bits, (r->slabs[i].capacity + 7) / 8);
   while (pool->regions) region_unmap(pool, pool->regions);
   pool->clean_bytes = 0;
 }
