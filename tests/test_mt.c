@@ -196,7 +196,33 @@ static void test_producer_consumer(void) {
   mtp_pool_destroy(pool);
 }
 
+/* ---- a block freed twice by a thread that does not own it ---- */
+static int df_code;
+static void *df_ptr;
+static void df_handler(int err, const char *msg, void *p, void *arg) {
+  (void)msg;
+  (void)arg;
+  df_code = err;
+  df_ptr = p;
+}
+static void *free_twice(void *p) {
+  mtp_free(p);
+  mtp_free(p);
+  return NULL;
+}
+static void test_remote_double_free(void) {
+  mtp_set_error_handler(df_handler, NULL);
+  void *keep = mtp_alloc(64), *p = mtp_alloc(64); /* our slab stays owned by us */
+  pthread_t t;
+  pthread_create(&t, NULL, free_twice, p);
+  pthread_join(t, NULL);
+  CHECK(df_code == MTP_ERR_DOUBLE_FREE && df_ptr == p);
+  mtp_free(keep);
+  mtp_set_error_handler(NULL, NULL);
+}
+
 int main(void) {
+  RUN(test_remote_double_free);
   RUN(test_cross_thread);
   RUN(test_thread_churn);
   RUN(test_destroy_used_pool);

@@ -113,6 +113,10 @@ void mtp__slab_free_remote(mtp_slab_t *s, mtp_block_t *b) {
   uintptr_t nw;
   uint32_t used;
   do {
+    if (MTP_UNLIKELY(MTP_TF_PTR(w) == b)) { /* the block another free just pushed */
+      mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block already on its slab's remote list)", b);
+      return;
+    }
     used = (w & MTP_TF_OWNED) ? 0 : s->detached_used;
     mtp__block_set_next(b, MTP_TF_PTR(w));
     nw = (w & MTP_TF_OWNED) | ((w & ~MTP_TF_OWNED & ~MTP_TF_PTR_MASK) + MTP_TF_COUNT_ONE) |
