@@ -10,11 +10,7 @@
 
 #include "rel_util.h"
 
-#if REL_TSAN
-enum { NTHREADS = 3000 };
-#else
-enum { NTHREADS = 10000 };
-#endif
+enum { NTHREADS = 10000 }; /* about 0.5 s, 4 s under ASan, 11 s under TSan */
 enum { PER = 24, KEEP = 2 };
 
 static mtp_pool_t *g_pool;
