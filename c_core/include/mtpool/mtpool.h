@@ -153,9 +153,9 @@ MTP_API void *mtp_alloc_aligned(size_t size, size_t alignment) MTP_NOEXCEPT MTP_
  * and a double free, are reported to the error handler (see the README for which mode finds what). */
 MTP_API void mtp_free(void *p) MTP_NOEXCEPT;
 
-/* Free p, whose requested size was size (or any size up to mtp_usable_size(p)). Faster to
- * validate than mtp_free; a size the block cannot have been made for is reported
- * (MTP_ERR_WRONG_SIZE) and the block is left alone. */
+/* Free p, whose requested size was size (or any size up to mtp_usable_size(p)). A size the
+ * block cannot have been made for (another size class) is reported (MTP_ERR_WRONG_SIZE) and the
+ * block is left alone; checked mode accepts only the exact requested size. */
 MTP_API void mtp_free_sized(void *p, size_t size) MTP_NOEXCEPT;
 
 /* Bytes usable in p's block (>= the size requested). 0 for NULL; a foreign pointer is reported. */
@@ -188,7 +188,8 @@ MTP_API void *mtp_pool_calloc(mtp_pool_t *pool, size_t count, size_t size) MTP_N
 MTP_API void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) MTP_NOEXCEPT
     MTP_ATTR_MALLOC MTP_ATTR_ALLOC_SIZE(2);
 
-/* The pool that p's block belongs to; NULL for NULL or a pointer mtpool never gave out. */
+/* The pool of the block that starts at p; NULL for NULL, a pointer inside a block, or a pointer
+ * mtpool never gave out. Does not report to the error handler. */
 MTP_API mtp_pool_t *mtp_pool_of(const void *p) MTP_NOEXCEPT;
 
 /* The pool's name (valid while the pool lives). */
