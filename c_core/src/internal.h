@@ -82,10 +82,6 @@ unsigned mtp__class_of(size_t size);                    /* size <= MTP_MAX_SMALL
 /* Smallest class >= size whose blocks are all aligned to alignment; MTP_NUM_CLASSES if none. */
 unsigned mtp__class_aligned(size_t size, size_t alignment);
 
-static inline unsigned mtp__class_fast(size_t size) {
-  return size <= MTP_DIRECT_MAX ? mtp__class_direct[(size + 7) >> 3] : mtp__class_of(size);
-}
-
 /* ------------------------------------------------------------------------------------------------
  * Blocks and slabs
  * ----------------------------------------------------------------------------------------------*/
@@ -342,7 +338,6 @@ void mtp__pool_release_slab(mtp_pool_internal_t *p, mtp_slab_t *s, uint64_t now_
 /* Pool lock held: list helpers for pool->partial. */
 void mtp__pool_partial_push(mtp_pool_internal_t *p, mtp_slab_t *s);
 void mtp__pool_partial_remove(mtp_pool_internal_t *p, mtp_slab_t *s);
-void mtp__pool_freeze(mtp_pool_internal_t *p); /* fork: nothing */
 
 /* ------------------------------------------------------------------------------------------------
  * Large blocks (large.c), checked mode (checked.c)
