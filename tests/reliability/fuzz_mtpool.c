@@ -221,6 +221,8 @@ FZ_NOCOV static void fz_check_new(unsigned char *p, size_t size, size_t align, i
   size_t u = mtp_usable_size(p);
   if (u < size) FZ_FAIL("usable size %zu < %zu", u, size);
   if (mtp_pool_of(p) != fz_handle(pi)) FZ_FAIL("pool_of(%p) wrong (pool %d)", (void *)p, pi);
+  if (size >= 2 && mtp_pool_of(p + size / 2 + 1) != NULL) /* inside the block: not a block start */
+    FZ_FAIL("pool_of(%p + %zu) of a %zu B block is not NULL", (void *)p, size / 2 + 1, size);
   if (align && ((uintptr_t)p & (align - 1)))
     FZ_FAIL("%p (size %zu) not aligned to %zu", (void *)p, size, align);
   size_t len = size ? size : 1;
