@@ -102,7 +102,7 @@ static void test_thread_churn(void) {
           st.bytes_reserved, max_reserved, st.bytes_mapped);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
   CHECK_EQ_SZ(st.allocs, (size_t)n * 300);
-  /* one thread touches ~64 size classes x 16 KiB: a few threads' worth is a few MiB */
+  /* one thread touches ~64 size classes x one 64 KiB slab: a couple of threads' worth */
   CHECK(max_reserved <= (8u << 20));
   CHECK(st.bytes_mapped <= (16u << 20));
   mtp_pool_destroy(pool);

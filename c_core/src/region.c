@@ -1,4 +1,4 @@
-/* Regions: 4 MiB of address space aligned to 4 MiB, cut into 16 KiB pages. The region header and
+/* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
  * the page descriptors sit in the first pages; the rest are handed out as spans of 1..16 pages
  * (aligned to their length) for slabs. Free pages are tracked in two bitmaps: free, and free but
  * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
@@ -105,11 +105,11 @@ static int find_run(mtp_region_t *r, unsigned k, bool dirty_only) {
 }
 
 /* A pool that keeps taking never-touched pages is growing: fault the span and the free clean
- * pages after it in with one call (a window of up to 1 MiB) rather than one fault per 4 KiB.
+ * pages after it in with one call (a window of up to 256 KiB) rather than one fault per 4 KiB.
  * The extra pages become free-and-dirty, so the next spans come from them, and the purge
  * returns them after the delay should the growth stop. */
 #define POPULATE_STREAK 4
-#define POPULATE_PAGES 64
+#define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB ahead at most */
 static void populate_ahead(mtp_pool_internal_t *pool, mtp_region_t *r, unsigned at, unsigned pages,
                            bool clean) {
   if (!clean) {

@@ -1,6 +1,6 @@
 /* Size classes: 8-byte steps to 128 B, 16-byte steps to 256 B, then four classes per doubling
  * up to 32 KiB (at most 25% rounding above 256 B, usually 12.5-20%). 24, 40, 48 and 56-byte
- * container nodes take exactly their size. A class's slab spans the fewest pages (1..16) that hold
+ * container nodes take exactly their size. A class's slab spans the fewest 64 KiB pages that hold
  * at least 8 blocks with at most 1/8 of the span left over. tests/test_size_class.c checks these
  * tables against those rules. Depends on nothing. */
 #include "internal.h"
@@ -14,7 +14,7 @@ const uint32_t mtp__class_size[MTP_NUM_CLASSES] = {
 
 const uint8_t mtp__class_pages[MTP_NUM_CLASSES] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4,
 };
 
 /* [(size + 7) >> 3] -> smallest class holding size, for size <= MTP_DIRECT_MAX. */
