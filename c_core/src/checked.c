@@ -23,6 +23,21 @@ static uint32_t *footer(mtp_slab_t *s, void *b) {
   return (uint32_t *)((char *)b + s->block_size - FOOTER);
 }
 
+/* A free-list link read from a freed block is trusted only if it names a free block of the same
+ * slab: a write into a freed block's first word must not send the allocator astray. */
+static bool link_ok(mtp_slab_t *s, mtp_block_t *n) {
+  if (n == NULL) return true;
+  char *start = mtp__slab_start(s), *b = (char *)n;
+  if (b < start || b >= s->bump || (size_t)(b - start) % s->block_size != 0) return false;
+  return !bit_get(s->check_bits, (uint32_t)((size_t)(b - start) / s->block_size));
+}
+
+static bool pattern_ok(mtp_slab_t *s, const char *b) {
+  for (size_t i = sizeof(mtp_block_t); i < s->block_size; i++)
+    if ((unsigned char)b[i] != FREED) return false;
+  return true;
+}
+
 /* Pool lock held. A block of class cls, or NULL (ENOMEM). */
 static void *take_block(mtp_pool_internal_t *pool, unsigned cls) {
   for (;;) {
@@ -40,13 +55,13 @@ static void *take_block(mtp_pool_internal_t *pool, unsigned cls) {
     }
     char *b;
     if (s->free != NULL) {
-      mtp_block_t *blk = s->free;
-      s->free = mtp__block_next(blk);
+      mtp_block_t *blk = s->free, *next = mtp__block_next(blk);
       mtp__track_alloc(blk, s->block_size);
       mtp__track_defined(blk, s->block_size); /* the fill pattern is read below */
       b = (char *)blk;
-      bool intact = true;
-      for (size_t i = sizeof(mtp_block_t); i < s->block_size; i++) intact = intact && (unsigned char)b[i] == FREED;
+      bool intact = link_ok(s, next) && pattern_ok(s, b);
+      /* a broken link loses the rest of this slab's free list: those blocks are never reused */
+      s->free = link_ok(s, next) ? next : NULL;
       if (!intact) {
         /* Keep the block out of circulation (bit stays clear, so freeing it is reported). */
         pthread_mutex_unlock(&pool->lock);
@@ -135,4 +150,33 @@ void mtp__checked_free(mtp_slab_t *s, void *p, size_t size, bool sized) {
 
 size_t mtp__checked_usable(mtp_slab_t *s, const void *p) {
   return *footer(s, (void *)p);
+}
+
+/* Pool lock held. The first freed block of a checked pool that was written to, or NULL. Run at
+ * trim and destroy, so a late write into a freed block is reported even if it is never reused. */
+void *mtp__checked_find_corrupt(mtp_pool_internal_t *pool) {
+  for (mtp_region_t *r = pool->regions; r; r = r->h.next) {
+    for (unsigned i = MTP_REGION_HEADER_PAGES; i < MTP_PAGES_PER_REGION; i++) {
+      mtp_slab_t *s = &r->slabs[i];
+      if (s->kind != MTP_PAGE_SLAB || !s->checked) continue;
+      mtp_block_t *b = s->free, *prev = NULL;
+      for (uint32_t n = 0; b != NULL && n < s->capacity; n++) {
+        mtp__track_peek(b, s->block_size);
+        mtp_block_t *next = mtp__block_next(b);
+        bool linked = link_ok(s, next), ok = linked && pattern_ok(s, (const char *)b);
+        mtp__track_unpeek(b, s->block_size);
+        if (!ok) { /* take it out of circulation, so it is reported once */
+          if (!linked) next = NULL;
+          if (prev)
+            mtp__block_set_next(prev, next);
+          else
+            s->free = next;
+          return b;
+        }
+        prev = b;
+        b = next;
+      }
+    }
+  }
+  return NULL;
 }

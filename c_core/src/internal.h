@@ -366,6 +366,7 @@ extern pthread_mutex_t mtp__large_lock;
 void *mtp__checked_alloc(mtp_pool_internal_t *pool, size_t size, size_t alignment);
 void mtp__checked_free(mtp_slab_t *s, void *p, size_t size, bool sized);
 size_t mtp__checked_usable(mtp_slab_t *s, const void *p);
+void *mtp__checked_find_corrupt(mtp_pool_internal_t *pool); /* pool lock held */
 
 /* ------------------------------------------------------------------------------------------------
  * Internal records (meta.c), options (options.c), errors (error.c), stats (stats.c)

@@ -143,6 +143,15 @@ void mtp__pool_note_free_pages(mtp_pool_internal_t *p, uint64_t now_ms) {
   pthread_mutex_unlock(&purger_lock);
 }
 
+/* Checked mode: report a freed block that was written to, before its memory goes away. */
+static void check_freed_blocks(mtp_pool_internal_t *p) {
+  if (!p->check) return;
+  mtp__pool_lock(p);
+  void *bad = mtp__checked_find_corrupt(p);
+  mtp__pool_unlock(p);
+  if (bad) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", bad);
+}
+
 /* ---- create, destroy ---- */
 
 static mtp_pool_internal_t *pool_new(const mtp_options_t *in, bool is_default) {
@@ -222,6 +231,7 @@ mtp_pool_t *mtp_pool_create(const mtp_options_t *opt) {
 void mtp_pool_destroy(mtp_pool_t *pool_) {
   mtp_pool_internal_t *p = mtp__pool_in(pool_);
   if (p == NULL || p == mtp__default_pool_ptr) return;
+  check_freed_blocks(p);
   pthread_mutex_lock(&mtp__registry_lock);
   mtp__pool_lock(p);
   /* Unbind every heap: their threads notice at their next use of this pool id, or at exit. */
@@ -250,6 +260,7 @@ const char *mtp_pool_name(const mtp_pool_t *pool) {
 
 size_t mtp_pool_trim(mtp_pool_t *pool_) {
   mtp_pool_internal_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
+  check_freed_blocks(p);
   pthread_mutex_lock(&mtp__registry_lock);
   mtp__pool_lock(p);
   size_t n = purge_pool(p, mtp__os_now_ms(), true, NULL);

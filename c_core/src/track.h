@@ -1,7 +1,8 @@
 /* Tool support: tell AddressSanitizer and Valgrind memcheck which bytes are handed out.
  * Free blocks and never-handed-out slab memory are poisoned (ASan) or inaccessible (memcheck), so
  * a user's use after free or overflow into a neighbour is reported by the tool. The core reads and
- * writes a free block's `next` word only through mtp__block_next / mtp__block_set_next. */
+ * writes a free block's `next` word only through mtp__block_next / mtp__block_set_next, and looks
+ * into a free block only between mtp__track_peek and mtp__track_unpeek. */
 #ifndef MTP_TRACK_H
 #define MTP_TRACK_H
 
@@ -23,6 +24,8 @@
 #define mtp__track_poison(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define mtp__track_unmap(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_defined(p, n) ((void)(p), (void)(n))
+#define mtp__track_peek(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#define mtp__track_unpeek(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define mtp__track_pool_create(pool) ((void)(pool))
 #define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
@@ -34,6 +37,8 @@
 #define mtp__track_poison(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
 #define mtp__track_unmap(p, n) ((void)(p), (void)(n)) /* memcheck forgets unmapped memory */
 #define mtp__track_defined(p, n) VALGRIND_MAKE_MEM_DEFINED((p), (n))
+#define mtp__track_peek(p, n) VALGRIND_MAKE_MEM_DEFINED((p), (n))
+#define mtp__track_unpeek(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
 #define mtp__track_alloc(p, n) VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, 0)
 #define mtp__track_free(p, n) VALGRIND_FREELIKE_BLOCK((p), 0)
 #define mtp__track_pool_create(pool) ((void)(pool))
@@ -46,6 +51,8 @@
 #define mtp__track_poison(p, n) ((void)(p), (void)(n))
 #define mtp__track_unmap(p, n) ((void)(p), (void)(n))
 #define mtp__track_defined(p, n) ((void)(p), (void)(n))
+#define mtp__track_peek(p, n) ((void)(p), (void)(n))
+#define mtp__track_unpeek(p, n) ((void)(p), (void)(n))
 #define mtp__track_pool_create(pool) ((void)(pool))
 #define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ((void)(p), (void)(n))
