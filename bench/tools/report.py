@@ -150,7 +150,7 @@ SEED_COLS = [("cxx11", 9, "C++11 string, 9 chars"), ("cxx11", 40, "C++11 string,
              ("cow", 9, "copy-on-write string, 9 chars"), ("cow", 40, "copy-on-write string, 40 chars")]
 
 
-def seed_report(rows, outdir, png, metric="wall_s"):
+def seed_report(rows, outdir, png, metric="wall_s", agg="median"):
     times = defaultdict(list)
     status = {}
     for d in rows:
@@ -166,7 +166,8 @@ def seed_report(rows, outdir, png, metric="wall_s"):
         if metric in d:
             times[(k, col)].append(d[metric])
     keys = ordered_keys({k for k, _ in times} | set(status))
-    med = {kc: statistics.median(v) for kc, v in times.items() if v}
+    pick = statistics.median if agg == "median" else min
+    med = {kc: pick(v) for kc, v in times.items() if v}
     cols = [c[2] for c in SEED_COLS]
     trows, crows = [], []
     worst_spread = 0.0
@@ -192,10 +193,14 @@ def seed_report(rows, outdir, png, metric="wall_s"):
             if metric == "wall_s" else
             "CPU seconds, user + system, of the process over the same span (less disturbed by other "
             "jobs on a busy machine)")
-    note = (f"{what}, 4 threads x 1,000,000 elements, median of {nrep} fresh processes; "
+    if agg != "median":
+        what = "Best (smallest) wall seconds of the repetitions, the least disturbed by other jobs"
+    note = (f"{what}, 4 threads x 1,000,000 elements, {agg} of {nrep} fresh processes; "
             f"(Nx) = relative to mtpool::allocator (above 1: slower than mtpool). Largest spread "
             f"(max-min)/median of a cell: {worst_spread * 100:.0f}%.")
     title = "Seed workload: std::list of strings, 4 threads" + ("" if metric == "wall_s" else ", CPU time")
+    if agg != "median":
+        title += ", best of the repetitions"
     md = table(title, cols, trows, note)
     if png and metric == "wall_s":
         chart(os.path.join(outdir, "seed.png"), "Seed workload, 4 threads x 1,000,000 strings (lower is better)",
@@ -428,25 +433,39 @@ def gbench_report(res, outdir, png):
 # targets
 # --------------------------------------------------------------------------------------------
 
-def targets_report(seed_med, foot_med, giveback_runs, foot_rows, gb, pairs_ir):
+def targets_report(seed_med, foot_med, giveback_runs, foot_rows, gb, pairs_ir, seed_min=None):
     lines = ["### Targets of issue 4, as measured", "", "| target | measured | met |", "|---|---|---|"]
 
     def row(t, m, ok):
         lines.append(f"| {t} | {m} | {'yes' if ok else ('**no**' if ok is not None else 'not measured')} |")
 
+    # Seed targets: the median and the best run must both meet them (the best run is the least
+    # disturbed by other jobs on a shared machine).
+    seed_min = seed_min or {}
     for abi, ln, lab in SEED_COLS:
         ref = seed_med.get((REF, (abi, ln)))
+        refm = seed_min.get((REF, (abi, ln)))
         others = {k: v for (k, c), v in seed_med.items() if c == (abi, ln) and k not in (REF, "mtpool_pool")}
+        om = {k: v for (k, c), v in seed_min.items() if c == (abi, ln) and k not in (REF, "mtpool_pool")}
         if not ref or not others:
             row(f"seed {lab}: fastest of all", "–", None)
             continue
         best_k = min(others, key=others.get)
-        row(f"seed {lab}: faster than every other", f"fastest other {LABELS.get(best_k, best_k)}: "
-            f"{others[best_k] / ref:.2f}x mtpool's time", others[best_k] > ref)
+        txt = f"median: fastest other {LABELS.get(best_k, best_k)} {others[best_k] / ref:.2f}x mtpool's time"
+        ok = others[best_k] > ref
+        if refm and om:
+            bm = min(om, key=om.get)
+            txt += f"; best run: {LABELS.get(bm, bm)} {om[bm] / refm:.2f}x"
+            ok = ok and om[bm] > refm
+        row(f"seed {lab}: faster than every other", txt, ok)
         for k, need in (("mt_alloc", 3), ("pool_alloc", 3), ("std", 2)):
             if k in others:
-                row(f"seed {lab}: >= {need}x faster than {LABELS[k]}", f"{others[k] / ref:.2f}x",
-                    others[k] / ref >= need)
+                txt = f"median {others[k] / ref:.2f}x"
+                ok = others[k] / ref >= need
+                if refm and k in om:
+                    txt += f"; best run {om[k] / refm:.2f}x"
+                    ok = ok and om[k] / refm >= need
+                row(f"seed {lab}: >= {need}x faster than {LABELS[k]}", txt, ok)
     for kind, lim in (("list_int", 24.5), ("list_str40", 96.5), ("map_int", None)):
         v = foot_med.get((REF, kind))
         others = {k: x for (k, kk), x in foot_med.items() if kk == kind and k not in (REF, "mtpool_pool")}
@@ -512,9 +531,11 @@ def main():
     seed_rows = read_jsonl(a.seed)
     foot_rows = read_jsonl(a.footprint)
     give_rows = read_jsonl(a.giveback)
-    seed_med, foot_med, give_runs = {}, {}, {}
+    seed_med, seed_min, foot_med, give_runs = {}, {}, {}, {}
     if seed_rows:
         s, seed_med = seed_report(seed_rows, a.out, a.png)
+        md.append(s)
+        s, seed_min = seed_report(seed_rows, a.out, False, "wall_s", "min")
         md.append(s)
         s, seed_cpu = seed_report(seed_rows, a.out, False, "cpu_s")
         if s:
@@ -546,7 +567,7 @@ def main():
     absent = [LABELS[k] for k in LABELS if present and k not in present]
     if absent:
         md.append("NOTICE: not measured (not installed or not built): " + ", ".join(absent) + "\n")
-    md.append(targets_report(seed_med, foot_med, give_runs, foot_rows, gb, pairs_ir))
+    md.append(targets_report(seed_med, foot_med, give_runs, foot_rows, gb, pairs_ir, seed_min))
     text = "\n".join(md)
     with open(os.path.join(a.out, a.name), "w") as f:
         f.write(text)
