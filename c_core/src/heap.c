@@ -110,22 +110,50 @@ static mtp_heap_t *heap_get(mtp_pool_internal_t *pool) {
   return h;
 }
 
-static void partial_push(mtp_heap_t *h, mtp_slab_t *s) {
-  s->list = MTP_LIST_HEAP_PARTIAL;
+/* The heap's own lists (partial, full) are doubly linked through next/prev; only the owner
+ * touches them. */
+static void hlist_push(mtp_slab_t **head, mtp_slab_t *s, uint8_t list) {
+  s->list = list;
   s->prev = NULL;
-  s->next = h->partial[s->cls];
+  s->next = *head;
   if (s->next) s->next->prev = s;
-  h->partial[s->cls] = s;
+  *head = s;
 }
 
-static void partial_remove(mtp_heap_t *h, mtp_slab_t *s) {
+static void hlist_remove(mtp_slab_t **head, mtp_slab_t *s) {
   if (s->prev)
     s->prev->next = s->next;
   else
-    h->partial[s->cls] = s->next;
+    *head = s->next;
   if (s->next) s->next->prev = s->prev;
   s->next = s->prev = NULL;
   s->list = MTP_LIST_NONE;
+}
+
+static void partial_push(mtp_heap_t *h, mtp_slab_t *s) {
+  hlist_push(&h->partial[s->cls], s, MTP_LIST_HEAP_PARTIAL);
+}
+static void partial_remove(mtp_heap_t *h, mtp_slab_t *s) { hlist_remove(&h->partial[s->cls], s); }
+
+static void full_remove(mtp_heap_t *h, mtp_slab_t *s) {
+  hlist_remove(&h->full[s->cls], s);
+  h->full_count[s->cls]--;
+  mtp__store_relaxed(&s->owner, (uintptr_t)h->thread);
+}
+
+/* The current slab is exhausted: keep it on the full list, where a free from this thread finds it
+ * again cheaply; past MTP_FULL_PER_CLASS, let the oldest go (detach it), so other threads' frees
+ * can return it to the pool once it is empty even if this thread never comes back. */
+static void slab_to_full(mtp_heap_t *h, mtp_slab_t *s) {
+  unsigned cls = s->cls;
+  s->used &= ~MTP_USED_CURRENT;
+  mtp__store_relaxed(&s->owner, (uintptr_t)h->thread | MTP_OWNER_FULL);
+  hlist_push(&h->full[cls], s, MTP_LIST_HEAP_FULL);
+  if (++h->full_count[cls] <= MTP_FULL_PER_CLASS) return;
+  mtp_slab_t *old = h->full[cls];
+  while (old->next) old = old->next;
+  full_remove(h, old);
+  if (!mtp__slab_detach(old)) partial_push(h, old); /* remote frees arrived: it has room again */
 }
 
 /* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages. */
@@ -141,7 +169,7 @@ static mtp_slab_t *slab_acquire(mtp_pool_internal_t *pool, mtp_heap_t *h, unsign
   mtp__pool_lock(pool);
   while ((s = pool->partial[cls]) != NULL) {
     mtp__pool_partial_remove(pool, s);
-    if (mtp__slab_adopt(s, h)) {
+    if (mtp__slab_adopt(s, h, true)) {
       mtp__pool_unlock(pool);
       return s;
     }
@@ -173,14 +201,18 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
         break;
       }
       if (mtp__slab_extend(s)) break;
-      /* exhausted: let it go; frees into it now take the shared path */
-      if (!mtp__slab_detach(s)) break;
-      s->used &= ~MTP_USED_CURRENT;
+      slab_to_full(h, s);
       h->current[cls] = &mtp__slab_empty;
     }
     s = h->partial[cls];
-    if (s != NULL) {
+    if (s == NULL) { /* a full slab that other threads freed into */
+      for (s = h->full[cls]; s && MTP_TF_PTR(mtp__load_relaxed(&s->thread_free)) == NULL;)
+        s = s->next;
+      if (s) full_remove(h, s);
+    } else {
       partial_remove(h, s);
+    }
+    if (s != NULL) {
       h->remote_collected += mtp__slab_collect(s);
     } else {
       s = slab_acquire(pool, h, cls);
@@ -217,7 +249,7 @@ MTP_NOINLINE void mtp__heap_retire_local(mtp_slab_t *s) {
   size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
   /* Cached slabs keep an odd token: a free into one by this thread is a double free. */
-  mtp__store_relaxed(&s->owner, (uintptr_t)h->thread | 1);
+  mtp__store_relaxed(&s->owner, (uintptr_t)h->thread | MTP_OWNER_CACHED);
   s->list = MTP_LIST_HEAP_CACHE;
   s->free_time_ms = now;
   cache_lock(h);
@@ -272,7 +304,14 @@ MTP_NOINLINE void mtp__heap_free_slow(mtp_slab_t *s, mtp_block_t *b) {
     free_local(s, b);
     return;
   }
-  if (owner == ((uintptr_t)me | 1)) {
+  if (owner == ((uintptr_t)me | MTP_OWNER_FULL)) { /* one of our exhausted slabs has room again */
+    mtp_heap_t *h = mtp__slab_heap(s);
+    full_remove(h, s);
+    partial_push(h, s);
+    free_local(s, b);
+    return;
+  }
+  if (owner == ((uintptr_t)me | MTP_OWNER_CACHED)) {
     mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block's slab is empty)", b);
     return;
   }
@@ -282,11 +321,15 @@ MTP_NOINLINE void mtp__heap_free_slow(mtp_slab_t *s, mtp_block_t *b) {
     mtp_heap_t *h = me->heaps[pool->id];
     if (h != NULL && h == mtp__slab_heap(s) &&
         (mtp_pool_internal_t *)mtp__load_relaxed(&h->pool) == pool) {
-      mtp__pool_lock(pool);
-      bool listed = s->list == MTP_LIST_POOL_PARTIAL;
-      bool adopted = mtp__slab_adopt(s, h);
-      if (adopted && listed) mtp__pool_partial_remove(pool, s);
-      mtp__pool_unlock(pool);
+      /* Not on the pool's list: one CAS takes it back. Listed: the list's lock is needed. */
+      bool adopted = mtp__slab_adopt(s, h, false);
+      if (!adopted && !(mtp__load_acquire(&s->thread_free) & MTP_TF_OWNED)) {
+        mtp__pool_lock(pool);
+        bool listed = s->list == MTP_LIST_POOL_PARTIAL;
+        adopted = mtp__slab_adopt(s, h, true);
+        if (adopted && listed) mtp__pool_partial_remove(pool, s);
+        mtp__pool_unlock(pool);
+      }
       if (adopted) {
         if (h->current[s->cls] != s) partial_push(h, s);
         free_local(s, b);
@@ -312,7 +355,8 @@ static void abandon_slab(mtp_pool_internal_t *pool, mtp_heap_t *h, mtp_slab_t *s
   }
   /* Detached with blocks in use; any free room makes it worth adopting. Should a remote free be
    * emptying it right now, that thread waits for our lock and then releases it. */
-  if (s->used < s->capacity || s->free != NULL) mtp__pool_partial_push(pool, s);
+  if ((s->used < s->capacity || s->free != NULL) && mtp__slab_mark_listed(s))
+    mtp__pool_partial_push(pool, s);
 }
 
 void mtp__heap_abandon(mtp_heap_t *h) {
@@ -329,6 +373,10 @@ void mtp__heap_abandon(mtp_heap_t *h) {
     }
     while ((s = h->partial[c]) != NULL) {
       partial_remove(h, s);
+      abandon_slab(pool, h, s, now);
+    }
+    while ((s = h->full[c]) != NULL) {
+      full_remove(h, s);
       abandon_slab(pool, h, s, now);
     }
   }

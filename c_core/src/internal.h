@@ -98,15 +98,33 @@ typedef struct mtp_thread mtp_thread_t;
 typedef struct mtp_region mtp_region_t;
 
 enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3 };
-enum { MTP_LIST_NONE = 0, MTP_LIST_HEAP_PARTIAL, MTP_LIST_POOL_PARTIAL, MTP_LIST_HEAP_CACHE };
+enum {
+  MTP_LIST_NONE = 0,
+  MTP_LIST_HEAP_PARTIAL,
+  MTP_LIST_HEAP_FULL,
+  MTP_LIST_POOL_PARTIAL,
+  MTP_LIST_HEAP_CACHE
+};
 
-/* The remote free list word (thread_free): bits 0..47 the list head, bits 48..62 the number of
- * blocks on the list, bit 63 OWNED. */
+/* Low bits of an owned slab's `owner` word beside the thread token (a pointer, 8-aligned): the
+ * free fast path compares the whole word, so a marked slab always takes the slow path. */
+#define MTP_OWNER_CACHED 1 /* empty, in the heap's cache: a free into it is a double free */
+#define MTP_OWNER_FULL 2   /* exhausted, on the heap's full list: a free moves it to partial */
+/* Exhausted slabs a heap keeps owned per size class before it detaches the oldest: enough that
+ * a thread freeing into the slabs it just filled stays on its own lists, few enough that an idle
+ * thread strands little memory that other threads free. */
+#define MTP_FULL_PER_CLASS 2
+
+/* The remote free list word (thread_free): bits 0..47 the list head, bits 48..61 the number of
+ * blocks on the list, bit 62 LISTED (detached and on the pool's partial list: set and cleared
+ * under the pool lock), bit 63 OWNED. */
 #define MTP_TF_PTR_MASK (((uintptr_t)1 << MTP_VA_BITS) - 1)
 #define MTP_TF_COUNT_SHIFT MTP_VA_BITS
 #define MTP_TF_COUNT_ONE ((uintptr_t)1 << MTP_TF_COUNT_SHIFT)
+#define MTP_TF_LISTED ((uintptr_t)1 << 62)
 #define MTP_TF_OWNED ((uintptr_t)1 << 63)
-#define MTP_TF_COUNT(w) ((uint32_t)(((w) & ~MTP_TF_OWNED) >> MTP_TF_COUNT_SHIFT))
+#define MTP_TF_FLAGS (MTP_TF_OWNED | MTP_TF_LISTED)
+#define MTP_TF_COUNT(w) ((uint32_t)(((w) & ~MTP_TF_FLAGS) >> MTP_TF_COUNT_SHIFT))
 #define MTP_TF_PTR(w) ((mtp_block_t *)((w) & MTP_TF_PTR_MASK))
 
 /* One descriptor per 64 KiB page of a region, out of band in the region header. A slab spans
@@ -134,6 +152,9 @@ enum { MTP_LIST_NONE = 0, MTP_LIST_HEAP_PARTIAL, MTP_LIST_POOL_PARTIAL, MTP_LIST
  *   DETACHED: blocks in use = detached_used - TF_COUNT(thread_free)
  * A detached slab whose count reaches detached_used is entirely free: the thread whose CAS got it
  * there (exactly one) releases it under the pool lock, unless a thread adopted it first.
+ * Adoption (DETACHED -> OWNED) is one CAS on thread_free. A slab on the pool's partial list
+ * carries LISTED and is adopted only under the pool lock (which owns the list); an unlisted one
+ * may be taken back by the heap that detached it without the lock.
  */
 /* While a slab is its heap's current slab, `used` carries this bias, so that the free fast path's
  * `--used == 0` (slab empty: retire it) never fires for the slab being allocated from. */
@@ -243,8 +264,12 @@ uint32_t mtp__slab_collect(mtp_slab_t *s);
 /* Owner: give up an exhausted slab (free list and bump area empty). false: remote frees arrived
  * (they are collected into s->free) and the slab stays owned. */
 bool mtp__slab_detach(mtp_slab_t *s);
-/* Pool lock held: make a detached slab owned by heap. false if it was already adopted. */
-bool mtp__slab_adopt(mtp_slab_t *s, mtp_heap_t *heap);
+/* Make a detached slab owned by heap. false if it was adopted already, or if it is LISTED and
+ * `listed_ok` is false (only a holder of the pool lock may adopt a listed slab). */
+bool mtp__slab_adopt(mtp_slab_t *s, mtp_heap_t *heap, bool listed_ok);
+/* Pool lock held: mark a detached slab LISTED before putting it on the pool's partial list.
+ * false if it was adopted meanwhile or is listed already (then it must not be listed again). */
+bool mtp__slab_mark_listed(mtp_slab_t *s);
 /* Any thread: push b onto a slab that the caller does not own. */
 void mtp__slab_free_remote(mtp_slab_t *s, mtp_block_t *b);
 
@@ -259,6 +284,8 @@ void mtp__slab_free_remote(mtp_slab_t *s, mtp_block_t *b);
 struct mtp_heap {
   mtp_slab_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
   mtp_slab_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current */
+  mtp_slab_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
+  uint8_t full_count[MTP_NUM_CLASSES];
   uint64_t allocs;                      /* cumulative small allocations */
   uint64_t remote_collected;            /* cumulative blocks freed by other threads */
   mtp_thread_t *thread;                 /* owner */

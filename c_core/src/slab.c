@@ -81,10 +81,17 @@ bool mtp__slab_detach(mtp_slab_t *s) {
   return false;
 }
 
-bool mtp__slab_adopt(mtp_slab_t *s, mtp_heap_t *heap) {
+bool mtp__slab_mark_listed(mtp_slab_t *s) {
+  uintptr_t w = mtp__load_relaxed(&s->thread_free);
+  while (!(w & MTP_TF_FLAGS))
+    if (mtp__cas_weak_acq_rel(&s->thread_free, &w, w | MTP_TF_LISTED)) return true;
+  return false;
+}
+
+bool mtp__slab_adopt(mtp_slab_t *s, mtp_heap_t *heap, bool listed_ok) {
   uintptr_t w = mtp__load_relaxed(&s->thread_free);
   for (;;) {
-    if (w & MTP_TF_OWNED) return false;
+    if ((w & MTP_TF_OWNED) || ((w & MTP_TF_LISTED) && !listed_ok)) return false;
     if (mtp__cas_weak_acq_rel(&s->thread_free, &w, MTP_TF_OWNED)) break;
   }
   /* We own it now: the list we took is the blocks freed since the detach. */
@@ -119,7 +126,7 @@ void mtp__slab_free_remote(mtp_slab_t *s, mtp_block_t *b) {
     }
     used = (w & MTP_TF_OWNED) ? 0 : s->detached_used;
     mtp__block_set_next(b, MTP_TF_PTR(w));
-    nw = (w & MTP_TF_OWNED) | ((w & ~MTP_TF_OWNED & ~MTP_TF_PTR_MASK) + MTP_TF_COUNT_ONE) |
+    nw = (w & MTP_TF_FLAGS) | ((w & ~MTP_TF_FLAGS & ~MTP_TF_PTR_MASK) + MTP_TF_COUNT_ONE) |
          (uintptr_t)b;
   } while (!mtp__cas_weak_acq_rel(&s->thread_free, &w, nw));
   if (nw & MTP_TF_OWNED) return; /* the owner collects it */
@@ -134,10 +141,10 @@ void mtp__slab_free_remote(mtp_slab_t *s, mtp_block_t *b) {
   uintptr_t now = mtp__load_acquire(&s->thread_free);
   if (!(now & MTP_TF_OWNED) && s->kind == MTP_PAGE_SLAB) {
     if (MTP_TF_COUNT(now) == s->detached_used) {
-      if (s->list == MTP_LIST_POOL_PARTIAL) mtp__pool_partial_remove(pool, s);
+      if (now & MTP_TF_LISTED) mtp__pool_partial_remove(pool, s);
       pool->dead_remote += MTP_TF_COUNT(now);
       mtp__pool_release_slab(pool, s, mtp__os_now_ms());
-    } else if (s->list == MTP_LIST_NONE) {
+    } else if (mtp__slab_mark_listed(s)) { /* not listed yet, still detached */
       mtp__pool_partial_push(pool, s);
     }
   }
