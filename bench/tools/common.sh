@@ -25,12 +25,13 @@ bench_install_deps() {
 
 bench_build() {
   note "configuring $BUILD (Release, MTPOOL_BUILD_BENCH=ON)"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_BENCH=ON >"$BUILD.configure.log" 2>&1 ||
-    { cat "$BUILD.configure.log"; exit 1; }
-  grep -i "NOTICE" "$BUILD.configure.log" >&2 || true
+  mkdir -p "$BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_BENCH=ON >"$BUILD/bench-configure.log" 2>&1 ||
+    { cat "$BUILD/bench-configure.log"; exit 1; }
+  grep -i "NOTICE" "$BUILD/bench-configure.log" >&2 || true
   local targets="--target mtpool_proc --target mtpool_proc_cow"
-  grep -q "mtpool_bench is not built" "$BUILD.configure.log" || targets="$targets --target mtpool_bench"
-  cmake --build "$BUILD" -j"$(nproc)" $targets >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log"; exit 1; }
+  grep -q "mtpool_bench is not built" "$BUILD/bench-configure.log" || targets="$targets --target mtpool_bench"
+  cmake --build "$BUILD" -j"$(nproc)" $targets >"$BUILD/bench-build.log" 2>&1 || { tail -50 "$BUILD/bench-build.log"; exit 1; }
   PROC="$BUILD/bench/mtpool_proc"
   PROC_COW="$BUILD/bench/mtpool_proc_cow"
   GBENCH="$BUILD/bench/mtpool_bench"
@@ -107,5 +108,7 @@ machine_line() {
   cores=$(nproc)
   mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)
   kernel=$(uname -r)
-  echo "$cpu, $cores cores, $mem RAM, Linux $kernel, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1), $(date -u +%Y-%m-%d)"
+  local rev
+  rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
+  echo "$cpu, $cores cores, $mem RAM, Linux $kernel, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1), mtpool tree $rev, $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
