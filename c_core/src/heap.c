@@ -205,8 +205,8 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
       h->current[cls] = &mtp__slab_empty;
     }
     s = h->partial[cls];
-    if (s == NULL) { /* a full slab that other threads freed into */
-      for (s = h->full[cls]; s && MTP_TF_PTR(mtp__load_relaxed(&s->thread_free)) == NULL;)
+    if (s == NULL) { /* a full slab that other threads freed a good share of */
+      for (s = h->full[cls]; s && MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) < s->capacity / 4;)
         s = s->next;
       if (s) full_remove(h, s);
     } else {

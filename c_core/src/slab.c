@@ -57,7 +57,14 @@ uint32_t mtp__slab_collect(mtp_slab_t *s) {
   mtp_block_t *list = MTP_TF_PTR(w);
   uint32_t n = MTP_TF_COUNT(w);
   if (list == NULL) return 0;
-  if (s->free == NULL) {
+  if (n == MTP_USED(s) && s->free == NULL) {
+    /* Every block handed out came back from other threads: carve the slab afresh rather than
+     * walk their list, whose links are cache misses on lines the freeing threads wrote last. */
+    s->bump = mtp__slab_start(s);
+    s->used -= n;
+    mtp__slab_extend(s);
+    return n;
+  } else if (s->free == NULL) {
     s->free = list;
   } else { /* rare: append our list behind the remote one */
     mtp_block_t *t = list;
