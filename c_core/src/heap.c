@@ -180,7 +180,11 @@ static mtp_slab_t *slab_acquire(mtp_pool_internal_t *pool, mtp_heap_t *h, unsign
     mtp__slab_set_heap(s, h);
     mtp__store_relaxed(&s->owner, (uintptr_t)t);
   }
+  void *fault_at;
+  size_t fault_len;
+  mtp__region_take_populate(pool, &fault_at, &fault_len);
   mtp__pool_unlock(pool);
+  if (fault_len) mtp__os_populate(fault_at, fault_len);
   return s;
 }
 

@@ -240,6 +240,10 @@ static inline mtp_pool_internal_t *mtp__slab_pool(mtp_slab_t *s) {
 
 /* all under the pool lock */
 mtp_slab_t *mtp__region_alloc_span(mtp_pool_internal_t *pool, unsigned pages);
+/* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
+ * mtp__os_populate after unlocking. Pages of it may be handed out meanwhile: populating present
+ * pages changes nothing. */
+void mtp__region_take_populate(mtp_pool_internal_t *pool, void **at, size_t *len);
 void mtp__region_free_span(mtp_pool_internal_t *pool, mtp_slab_t *s, uint64_t now_ms);
 size_t mtp__region_purge(mtp_pool_internal_t *pool, uint64_t now_ms, bool force);
 void mtp__region_unmap_all(mtp_pool_internal_t *pool);
@@ -342,6 +346,8 @@ struct mtp_pool {
   size_t clean_bytes; /* mapped pages known not resident: never used, or purged */
   bool purge_pending;
   unsigned fresh_streak; /* spans taken from never-touched pages in a row (region.c) */
+  void *populate_at; /* a range region.c asks the caller to fault in, outside the lock */
+  size_t populate_len;
   /* large blocks: under the large lock */
   struct mtp_large *large;
   size_t large_count, large_bytes;

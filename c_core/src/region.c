@@ -121,9 +121,10 @@ static void populate_ahead(mtp_pool_internal_t *pool, mtp_region_t *r, unsigned 
   while (end < MTP_PAGES_PER_REGION && end < at + POPULATE_PAGES &&
          (r->h.free_mask[end / 64] >> (end % 64) & 1) && !(r->h.dirty_mask[end / 64] >> (end % 64) & 1))
     end++;
-  if (mtp__os_populate((char *)r + ((size_t)at << MTP_PAGE_SHIFT),
-                       (size_t)(end - at) << MTP_PAGE_SHIFT) != 0)
-    return;
+  /* The caller faults the range in after dropping the pool lock (mtp__region_populate), so
+   * threads that grow at once do not queue behind each other's page zeroing. */
+  pool->populate_at = (char *)r + ((size_t)at << MTP_PAGE_SHIFT);
+  pool->populate_len = (size_t)(end - at) << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
   for (unsigned i = at + pages; i < end; i++) {
     r->h.dirty_mask[i / 64] |= (uint64_t)1 << (i % 64);
@@ -131,6 +132,13 @@ static void populate_ahead(mtp_pool_internal_t *pool, mtp_region_t *r, unsigned 
     pool->clean_bytes -= MTP_PAGE_SIZE;
   }
   if (end > at + pages) mtp__pool_note_free_pages(pool, now);
+}
+
+void mtp__region_take_populate(mtp_pool_internal_t *pool, void **at, size_t *len) {
+  *at = pool->populate_at;
+  *len = pool->populate_len;
+  pool->populate_at = NULL;
+  pool->populate_len = 0;
 }
 
 mtp_slab_t *mtp__region_alloc_span(mtp_pool_internal_t *pool, unsigned pages) {
