@@ -92,7 +92,6 @@ for stage in $stages; do
       configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined"
       # the header-compile checks run a compiler: nothing for a sanitizer to see there
       ASAN_OPTIONS=detect_leaks=1 run_ctest asan+ubsan "$out/asan" -E '^cxx_headers_'
-
       ;;
     tsan)
       configure_build "$out/tsan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_SANITIZE=thread
