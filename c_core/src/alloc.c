@@ -102,17 +102,6 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
 }
 
-MTP_INLINE void free_local(mtp_slab_t *s, mtp_block_t *b) {
-  if (MTP_UNLIKELY(b == s->free)) {
-    mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
-    return;
-  }
-  mtp__block_set_next(b, s->free);
-  mtp__track_free(b, s->block_size);
-  s->free = b;
-  if (MTP_UNLIKELY(--s->used == 0)) mtp__heap_retire_local(s);
-}
-
 void mtp_free(void *p) {
   uintptr_t u = (uintptr_t)p;
   if (MTP_UNLIKELY(!mtp__is_region_ptr(u))) {
@@ -121,7 +110,7 @@ void mtp_free(void *p) {
   }
   mtp_slab_t *s = mtp__page_desc(u);
   if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread))
-    free_local(s, (mtp_block_t *)p);
+    mtp__slab_free_local(s, (mtp_block_t *)p);
   else
     mtp__heap_free_slow(s, (mtp_block_t *)p);
 }
@@ -155,7 +144,7 @@ void mtp_free_sized(void *p, size_t size) {
   mtp_slab_t *s = mtp__page_desc(u);
   if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
                  size - s->size_min <= s->size_span)) /* size maps to this block's class */
-    free_local(s, (mtp_block_t *)p);
+    mtp__slab_free_local(s, (mtp_block_t *)p);
   else
     free_sized_slow(s, p, size);
 }

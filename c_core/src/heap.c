@@ -273,17 +273,6 @@ MTP_NOINLINE void mtp__heap_retire_local(mtp_slab_t *s) {
   mtp__pool_unlock(pool);
 }
 
-static void free_local(mtp_slab_t *s, mtp_block_t *b) {
-  if (MTP_UNLIKELY(b == s->free)) {
-    mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
-    return;
-  }
-  mtp__block_set_next(b, s->free);
-  mtp__track_free(b, s->block_size);
-  s->free = b;
-  if (--s->used == 0) mtp__heap_retire_local(s);
-}
-
 MTP_NOINLINE void mtp__heap_free_slow(mtp_slab_t *s, mtp_block_t *b) {
   if (s->kind == MTP_PAGE_TAIL) s -= s->head_delta;
   if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {
@@ -305,14 +294,14 @@ MTP_NOINLINE void mtp__heap_free_slow(mtp_slab_t *s, mtp_block_t *b) {
   mtp_thread_t *me = mtp__tl_thread;
   uintptr_t owner = mtp__load_relaxed(&s->owner);
   if (owner == (uintptr_t)me) { /* a tail page of our own slab */
-    free_local(s, b);
+    mtp__slab_free_local(s, b);
     return;
   }
   if (owner == ((uintptr_t)me | MTP_OWNER_FULL)) { /* one of our exhausted slabs has room again */
     mtp_heap_t *h = mtp__slab_heap(s);
     full_remove(h, s);
     partial_push(h, s);
-    free_local(s, b);
+    mtp__slab_free_local(s, b);
     return;
   }
   if (owner == ((uintptr_t)me | MTP_OWNER_CACHED)) {
@@ -336,7 +325,7 @@ MTP_NOINLINE void mtp__heap_free_slow(mtp_slab_t *s, mtp_block_t *b) {
       }
       if (adopted) {
         if (h->current[s->cls] != s) partial_push(h, s);
-        free_local(s, b);
+        mtp__slab_free_local(s, b);
         return;
       }
     }

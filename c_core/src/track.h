@@ -80,4 +80,17 @@ MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtp_block_t *b, mtp_block_t *n)
 #endif
 }
 
+/* The owner frees b into its slab: the fast path's push (alloc.c) and the slow paths' (heap.c).
+ * The one check it affords is the block freed last into this slab being freed again. */
+MTP_INLINE void mtp__slab_free_local(mtp_slab_t *s, mtp_block_t *b) {
+  if (MTP_UNLIKELY(b == s->free)) {
+    mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
+    return;
+  }
+  mtp__block_set_next(b, s->free);
+  mtp__track_free(b, s->block_size);
+  s->free = b;
+  if (MTP_UNLIKELY(--s->used == 0)) mtp__heap_retire_local(s);
+}
+
 #endif
