@@ -44,6 +44,11 @@ static void *take_block(mtp_pool_internal_t *pool, unsigned cls) {
     mtp_slab_t *s = pool->checked_current[cls];
     if (s == NULL || (s->free == NULL && s->bump >= s->end)) {
       s = mtp__region_alloc_span(pool, mtp__class_pages[cls]);
+      void *fault_at;
+      size_t fault_len;
+      mtp__region_take_populate(pool, &fault_at, &fault_len); /* checked mode does not fault ahead */
+      (void)fault_at;
+      (void)fault_len;
       if (s == NULL) return NULL;
       mtp__slab_format(s, cls, true);
       s->check_bits = mtp__meta_alloc((s->capacity + 7) / 8);

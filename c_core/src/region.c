@@ -74,6 +74,10 @@ static mtp_region_t *region_new(mtp_pool_internal_t *pool) {
 }
 
 static void region_unmap(mtp_pool_internal_t *pool, mtp_region_t *r) {
+  if (mtp__region_of((uintptr_t)pool->populate_at) == r) { /* a fault-in request into it */
+    pool->populate_at = NULL;
+    pool->populate_len = 0;
+  }
   list_remove(pool, r);
   atomic_store_explicit(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0, memory_order_relaxed);
   pool->mapped_bytes -= MTP_REGION_SIZE;
