@@ -137,7 +137,10 @@ enum {
  *                              thread adopts the slab under the pool lock.
  *   owner                      the owning thread (relaxed atomic: other threads read it to learn
  *                              that a block is not theirs; a stale read only sends them to the
- *                              remote path, which is always correct). 0 when detached.
+ *                              remote path, which is always correct). 0 when detached; the
+ *                              thread's token | MTP_OWNER_FULL or | MTP_OWNER_CACHED while the
+ *                              slab sits on its heap's full list or cache, so that the free fast
+ *                              path's single compare fails and the slow path sees why.
  *   thread_free                any thread, by CAS (release on push, so the pushed block's `next`
  *                              is visible to the thread that takes the list with acquire).
  *   detached_used              the detaching thread, before the CAS that clears OWNED (release);
@@ -344,7 +347,6 @@ struct mtp_pool {
   uint64_t bytes_returned;
   size_t mapped_bytes;
   size_t clean_bytes; /* mapped pages known not resident: never used, or purged */
-  bool purge_pending;
   unsigned fresh_streak; /* spans taken from never-touched pages in a row (region.c) */
   void *populate_at; /* a range region.c asks the caller to fault in, outside the lock */
   size_t populate_len;

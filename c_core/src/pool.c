@@ -80,8 +80,7 @@ static size_t purge_pool(mtp_pool_internal_t *p, uint64_t now, bool force, bool 
     for (mtp_region_t *r = p->regions; r && !left && r->h.free_pages; r = r->h.next)
       for (unsigned i = 0; i < MTP_PAGES_PER_REGION / 64; i++) left = left || r->h.dirty_mask[i];
     for (mtp_heap_t *h = p->heaps; h && !left; h = h->pool_next) left = mtp__heap_caches(h);
-    p->purge_pending = left && p->purge_delay_ms >= 0;
-    *pending = *pending || p->purge_pending;
+    *pending = *pending || (left && p->purge_delay_ms >= 0);
   }
   return n;
 }
@@ -199,7 +198,6 @@ static mtp_pool_internal_t *pool_new(const mtp_options_t *in, bool is_default) {
     memcpy(p->name + 5, e, strlen(e) + 1);
   }
   pool_ids[id] = p;
-  mtp__track_pool_create(p);
   p->reg_next = mtp__pools;
   if (mtp__pools) mtp__pools->reg_prev = p;
   mtp__pools = p;

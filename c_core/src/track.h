@@ -26,7 +26,6 @@
 #define mtp__track_defined(p, n) ((void)(p), (void)(n))
 #define mtp__track_peek(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_unpeek(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define mtp__track_pool_create(pool) ((void)(pool))
 #define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_free(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
@@ -41,7 +40,6 @@
 #define mtp__track_unpeek(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
 #define mtp__track_alloc(p, n) VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, 0)
 #define mtp__track_free(p, n) VALGRIND_FREELIKE_BLOCK((p), 0)
-#define mtp__track_pool_create(pool) ((void)(pool))
 /* destroying a pool frees its blocks for memcheck too (region.c) */
 #define mtp__track_pool_destroy(pool) mtp__region_forget_blocks(pool)
 #define MTP_TRACK_VALGRIND 1
@@ -53,7 +51,6 @@
 #define mtp__track_defined(p, n) ((void)(p), (void)(n))
 #define mtp__track_peek(p, n) ((void)(p), (void)(n))
 #define mtp__track_unpeek(p, n) ((void)(p), (void)(n))
-#define mtp__track_pool_create(pool) ((void)(pool))
 #define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ((void)(p), (void)(n))
 #define mtp__track_free(p, n) ((void)(p), (void)(n))
