@@ -156,6 +156,14 @@ static void slab_to_full(mtp_heap_t *h, mtp_slab_t *s) {
   if (!mtp__slab_detach(old)) partial_push(h, old); /* remote frees arrived: it has room again */
 }
 
+/* Whether an exhausted slab's remote list is worth taking now: half of the blocks handed out have
+ * come back. A shorter list is not: walking it is a cache miss per block, on lines the freeing
+ * threads wrote last, and its slab is likely still being freed into. A fresh slab is carved by
+ * bumping a pointer instead, and this one comes back (or goes to the pool) once more is free. */
+static bool worth_collecting(mtp_slab_t *s) {
+  return MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) >= MTP_USED(s) / 2;
+}
+
 /* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages. */
 static mtp_slab_t *slab_acquire(mtp_pool_internal_t *pool, mtp_heap_t *h, unsigned cls) {
   mtp_thread_t *t = h->thread;
@@ -199,19 +207,20 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
     s = h->current[cls];
     if (s != &mtp__slab_empty) {
       if (s->free != NULL) break;
-      uint32_t n = mtp__slab_collect(s);
-      if (n) {
-        h->remote_collected += n;
-        break;
-      }
       if (mtp__slab_extend(s)) break;
+      if (worth_collecting(s)) {
+        uint32_t n = mtp__slab_collect(s);
+        if (n) {
+          h->remote_collected += n;
+          break;
+        }
+      }
       slab_to_full(h, s);
       h->current[cls] = &mtp__slab_empty;
     }
     s = h->partial[cls];
     if (s == NULL) { /* a full slab that other threads freed a good share of */
-      for (s = h->full[cls]; s && MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) < s->capacity / 4;)
-        s = s->next;
+      for (s = h->full[cls]; s && !worth_collecting(s);) s = s->next;
       if (s) full_remove(h, s);
     } else {
       partial_remove(h, s);
