@@ -226,7 +226,9 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
       partial_remove(h, s);
     }
     if (s != NULL) {
-      h->remote_collected += mtp__slab_collect(s);
+      /* With local free blocks, its remote list waits until they run out: taking it now means
+       * walking it to its tail to append. */
+      if (s->free == NULL) h->remote_collected += mtp__slab_collect(s);
     } else {
       s = slab_acquire(pool, h, cls);
       if (s == NULL) {
