@@ -1,9 +1,12 @@
 /* Multi-threaded behaviour: cross-thread frees make memory reusable, thread exit hands memory back
- * (10,000 threads one after another), destroying a pool that threads used, producer-consumer. */
+ * (10,000 threads one after another), destroying a pool that threads used, producer-consumer (with and without blocks the consumer keeps:
+ * what it frees must still be reused). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "mtpool/mtpool.h"
 #include "testhelper.h"
@@ -148,6 +151,9 @@ static void test_destroy_used_pool(void) {
 static _Atomic(void *) queue[QCAP];
 static atomic_size_t q_head, q_tail;
 static size_t pc_total;
+static size_t pc_keep;   /* 0, or: the consumer keeps every pc_keep-th block until the end */
+static void **pc_kept;
+static size_t pc_nkept;
 
 static void *producer(void *arg) {
   mtp_pool_t *pool = arg;
@@ -171,14 +177,22 @@ static void *consumer(void *arg) {
     while (atomic_load(&q_head) == t) sched_yield();
     unsigned char *p = atomic_load(&queue[t % QCAP]);
     CHECK(p[0] == (unsigned char)(i & 0xff));
-    mtp_free_sized(p, 24 + (i % 8) * 8);
     atomic_store(&q_tail, t + 1);
+    if (pc_keep && i % pc_keep == 0)
+      pc_kept[pc_nkept++] = p;
+    else
+      mtp_free_sized(p, 24 + (i % 8) * 8);
   }
   return NULL;
 }
 
-static void test_producer_consumer(void) {
-  pc_total = TH_TSAN ? 200000 : 2000000;
+static void run_producer_consumer(size_t total, size_t keep) {
+  pc_total = total;
+  pc_keep = keep;
+  pc_nkept = 0;
+  atomic_store(&q_head, 0);
+  atomic_store(&q_tail, 0);
+  pc_kept = keep ? malloc((total / keep + 1) * sizeof(void *)) : NULL;
   mtp_pool_t *pool = mtp_pool_create(NULL);
   pthread_t a, b;
   pthread_create(&a, NULL, producer, pool);
@@ -187,13 +201,26 @@ static void test_producer_consumer(void) {
   pthread_join(b, NULL);
   mtp_stats_t st;
   mtp_pool_stats(pool, &st);
-  fprintf(stderr, "  %zu blocks passed: mapped %zu, reserved %zu\n", pc_total, st.bytes_mapped,
-          st.bytes_reserved);
+  fprintf(stderr, "  %zu blocks passed, 1 in %zu kept: in use %zu, mapped %zu, reserved %zu\n",
+          total, keep, st.bytes_in_use, st.bytes_mapped, st.bytes_reserved);
+  CHECK_EQ_SZ(st.blocks_in_use, pc_nkept);
+  CHECK_EQ_SZ(st.remote_frees, total - pc_nkept);
+  /* Memory freed by the consumer is reused: the queue holds at most 4096 blocks, so beyond the
+   * kept blocks (each slab that holds one cannot go back) a few MiB suffice. */
+  CHECK(st.bytes_reserved <= 2 * st.bytes_in_use + (8u << 20));
+  if (!keep) CHECK(st.bytes_mapped <= (16u << 20));
+  for (size_t i = 0; i < pc_nkept; i++) mtp_free(pc_kept[i]);
+  free(pc_kept);
+  mtp_pool_stats(pool, &st);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
-  CHECK_EQ_SZ(st.remote_frees, pc_total);
-  /* memory is reused: the queue holds at most 4096 blocks, so a few MiB suffice */
-  CHECK(st.bytes_mapped <= (16u << 20));
   mtp_pool_destroy(pool);
+}
+
+static void test_producer_consumer(void) {
+  size_t n = TH_TSAN ? 200000 : 2000000;
+  run_producer_consumer(n, 0);
+  run_producer_consumer(n, 10);  /* the consumer keeps some: slabs come back partly free */
+  run_producer_consumer(n, 100);
 }
 
 /* ---- a block freed twice by a thread that does not own it ---- */
