@@ -1,6 +1,6 @@
 /* Multi-threaded behaviour: cross-thread frees make memory reusable, thread exit hands memory back
- * (10,000 threads one after another), destroying a pool that threads used, producer-consumer (with and without blocks the consumer keeps:
- * what it frees must still be reused). */
+ * (10,000 threads one after another), destroying a pool that threads used, producer-consumer
+ * (with and without blocks the consumer keeps: what it frees must still be reused). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
