@@ -58,11 +58,12 @@ static void run(bool use_trim) {
     }
   }
   mtp_pool_stats(NULL, &st);
+  long long kept = (long long)after - (long long)base; /* below the base when more went back */
   fprintf(stderr,
-          "  %zu x 120 B: rss base %zu MiB, peak %zu MiB, after free %zu MiB, after %s %zu KiB "
+          "  %zu x 120 B: rss base %zu MiB, peak %zu MiB, after free %zu MiB, after %s %lld KiB "
           "above base (%.2f%% of growth kept)%s; reserved %zu KiB\n",
           total, base >> 20, peak >> 20, after_free >> 20, use_trim ? "trim" : "purge delay",
-          (after - base) >> 10, 100.0 * (double)(after - base) / (double)(peak - base),
+          kept / 1024, 100.0 * (double)kept / (double)(peak - base),
           use_trim ? "" : " ", st.bytes_reserved >> 10);
   if (!use_trim) fprintf(stderr, "  purged by itself after %ld ms\n", waited_ms);
   pthread_barrier_wait(&bar);
