@@ -159,7 +159,9 @@ static void slab_to_full(mtp_heap_t *h, mtp_slab_t *s) {
 /* Whether an exhausted slab's remote list is worth taking now: half of the blocks handed out have
  * come back. A shorter list is not: walking it is a cache miss per block, on lines the freeing
  * threads wrote last, and its slab is likely still being freed into. A fresh slab is carved by
- * bumping a pointer instead, and this one comes back (or goes to the pool) once more is free. */
+ * bumping a pointer instead, and this one comes back (or goes to the pool) once more is free.
+ * An exhausted slab has handed out every block (8 at least, the smallest capacity), so the bar is
+ * never 0: a slab judged worth it yields blocks, and the slow path's loop always moves on. */
 static bool worth_collecting(mtp_slab_t *s) {
   return MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) >= MTP_USED(s) / 2;
 }
