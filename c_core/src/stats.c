@@ -4,6 +4,7 @@
  * Reports are formatted into a stack buffer and written with fputs: nothing here allocates from
  * mtpool. Calls pool and region structures under their locks. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,7 +82,6 @@ int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) {
 }
 
 static int put(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
 static int put(FILE *out, const char *fmt, ...) {
   char buf[512];
   va_list ap;
