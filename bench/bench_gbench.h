@@ -27,9 +27,10 @@ void register_cross_thread(const config &cfg);
 void register_maps(const config &cfg);
 
 // Memory counters of one benchmark run. sample_peak() reads /proc (a few microseconds): callers
-// sample once per many operations so that the probe does not weigh on the timing. Thread 0 samples the RSS before the timed loop, every
-// thread offers its RSS at the workload's peak, and thread 0 reads it again after the loop, once
-// every thread has left it (the per-iteration containers are gone by then).
+// sample once per many operations so that the probe does not weigh on the timing. Thread 0
+// samples the RSS before the timed loop, every thread offers its RSS at the workload's peak, and
+// thread 0 reads it again after the loop, once every thread has left it (the per-iteration
+// containers are gone by then).
 class mem_probe {
  public:
   void start(benchmark::State &st) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build and run every test of mtpool, the way CI does (.ci/run calls this script).
 #   1. release build, -Wall -Wextra -Werror, benchmarks included (smoke-run): every ctest test
-#   2. AddressSanitizer + UndefinedBehaviorSanitizer build: every ctest test
-#   3. ThreadSanitizer build: every ctest test
-#   4. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
-#   5. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
-#   6. shared library: only mtp_* symbols are exported; the C tests pass against it
+#   2. shared library: only mtp_* symbols are exported; the C tests pass against it
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: every ctest test
+#   4. ThreadSanitizer build: every ctest test
+#   5. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
+#   6. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
 #   7. install, then build a consumer project with find_package(mtpool) and pkg-config
 # Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
 # subset, e.g. MTPOOL_TEST_STAGES="release asan".

@@ -537,7 +537,7 @@ def main():
         md.append(s)
         s, seed_min = seed_report(seed_rows, a.out, False, "wall_s", "min")
         md.append(s)
-        s, seed_cpu = seed_report(seed_rows, a.out, False, "cpu_s")
+        s, _ = seed_report(seed_rows, a.out, False, "cpu_s")
         if s:
             md.append(s)
     if foot_rows:

@@ -64,9 +64,9 @@ static void *take_block(mtp_pool_internal_t *pool, unsigned cls) {
       mtp__track_alloc(blk, s->block_size);
       mtp__track_defined(blk, s->block_size); /* the fill pattern is read below */
       b = (char *)blk;
-      bool intact = link_ok(s, next) && pattern_ok(s, b);
+      bool linked = link_ok(s, next), intact = linked && pattern_ok(s, b);
       /* a broken link loses the rest of this slab's free list: those blocks are never reused */
-      s->free = link_ok(s, next) ? next : NULL;
+      s->free = linked ? next : NULL;
       if (!intact) {
         /* Keep the block out of circulation (bit stays clear, so freeing it is reported). */
         pthread_mutex_unlock(&pool->lock);

@@ -61,6 +61,8 @@ int mtp__os_populate(void *p, size_t size) {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
+  /* Set once, by whichever thread first sees EINVAL; relaxed: a thread that reads it stale only
+   * makes one more madvise call that fails the same way. */
   static _Atomic(int) unsupported;
   if (atomic_load_explicit(&unsupported, memory_order_relaxed)) return ENOTSUP;
   if (madvise(p, size, MADV_POPULATE_WRITE) == 0) return 0;

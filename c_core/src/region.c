@@ -1,5 +1,5 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
- * the page descriptors sit in the first pages; the rest are handed out as spans of 1..16 pages
+ * the page descriptors sit in the first pages; the rest are handed out as spans of 1..4 pages
  * (aligned to their length) for slabs. Free pages are tracked in two bitmaps: free, and free but
  * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
  * are all free and clean is unmapped. Everything here runs under the pool lock. Calls os.c. */
@@ -125,8 +125,8 @@ static void populate_ahead(mtp_pool_internal_t *pool, mtp_region_t *r, unsigned 
   while (end < MTP_PAGES_PER_REGION && end < at + POPULATE_PAGES &&
          (r->h.free_mask[end / 64] >> (end % 64) & 1) && !(r->h.dirty_mask[end / 64] >> (end % 64) & 1))
     end++;
-  /* The caller faults the range in after dropping the pool lock (mtp__region_populate), so
-   * threads that grow at once do not queue behind each other's page zeroing. */
+  /* The caller takes the range (mtp__region_take_populate) and faults it in after dropping the
+   * pool lock, so threads that grow at once do not queue behind each other's page zeroing. */
   pool->populate_at = (char *)r + ((size_t)at << MTP_PAGE_SHIFT);
   pool->populate_len = (size_t)(end - at) << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
@@ -282,7 +282,7 @@ void mtp__region_forget_blocks(mtp_pool_internal_t *pool) {
     for (unsigned p = FIRST_PAGE; p < MTP_PAGES_PER_REGION; p++) {
       mtp_slab_t *s = &r->slabs[p];
       if (s->kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE) continue;
-      uint8_t seen[MTP_PAGE_SIZE / 8 / 8 + 1] = {0}; /* one bit per block: at most 2048 */
+      uint8_t seen[MTP_PAGE_SIZE / 8 / 8 + 1] = {0}; /* a bit per block: 8-byte blocks of one page */
       mark(s, seen, s->free);
       mark(s, seen, MTP_TF_PTR(mtp__load_relaxed(&s->thread_free)));
       char *start = mtp__slab_start(s);

@@ -23,9 +23,9 @@ enum { WSLOTS = 128, HELD = 64 };
 
 /* ThreadSanitizer does not support threads in a child of a multi-threaded process. GCC 12's
  * AddressSanitizer allocator takes no lock across fork(): a thread started in the child allocates
- * inside the sanitizer (pthread_getattr_np) and hangs when a parent thread, such as the pool's
- * purge thread starting up, was inside that allocator at the fork. mtpool itself never calls
- * malloc. Seen once in about 25 runs on 2 busy cores. */
+ * inside the sanitizer (pthread_getattr_np) and hangs on that allocator's lock when a parent
+ * thread held it at the fork (which one was not seen; mtpool itself never calls malloc, but the
+ * sanitizer's own thread start does). Seen in about 1 run in 12 with three copies on 2 cores. */
 #define CHILD_THREAD (!REL_TSAN && !REL_ASAN)
 
 static mtp_pool_t *g_pool;
