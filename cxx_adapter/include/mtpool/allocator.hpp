@@ -173,9 +173,16 @@ class allocator {
 
   // Returns: the largest n that allocate(n) may succeed for (PTRDIFF_MAX / sizeof(T)).
   constexpr std::size_t max_size() const noexcept { return detail::max_count<T>(); }
+
+  // Same-type comparisons as non-template friends: a non-template beats any template, so an
+  // unconstrained global template operator==(const T&, const T&) in the program cannot make
+  // the standard library's own comparisons of allocators ambiguous (libstdc++ PR 33807).
+  friend constexpr bool operator==(const allocator &, const allocator &) noexcept { return true; }
+  friend constexpr bool operator!=(const allocator &, const allocator &) noexcept { return false; }
 };
 
-// Returns true: every mtpool::allocator can free what any other gave out.
+// Returns true: every mtpool::allocator can free what any other gave out (the cross-type
+// comparisons the allocator requirements ask for; same-type ones are the friends above).
 template <class T, class U>
 constexpr bool operator==(const allocator<T> &, const allocator<U> &) noexcept {
   return true;
@@ -359,6 +366,15 @@ class pool_allocator {
   // Returns: the C handle of the bound pool (never null).
   mtp_pool_t *pool_handle() const noexcept { return pool_; }
 
+  // Returns: whether a and b are bound to the same pool. Non-template friends, so that an
+  // unconstrained global template operator== cannot make them ambiguous (see allocator).
+  friend bool operator==(const pool_allocator &a, const pool_allocator &b) noexcept {
+    return a.pool_ == b.pool_;
+  }
+  friend bool operator!=(const pool_allocator &a, const pool_allocator &b) noexcept {
+    return a.pool_ != b.pool_;
+  }
+
  private:
   static mtp_pool_t *or_default(mtp_pool_t *p) noexcept {
     return p != nullptr ? p : mtp_default_pool();
@@ -367,7 +383,8 @@ class pool_allocator {
   mtp_pool_t *pool_;
 };
 
-// Returns: whether a and b are bound to the same pool (each can free the other's memory).
+// Returns: whether a and b are bound to the same pool (each can free the other's memory); for
+// allocators of different value types (same-type ones are the friends above).
 template <class T, class U>
 inline bool operator==(const pool_allocator<T> &a, const pool_allocator<U> &b) noexcept {
   return a.pool_handle() == b.pool_handle();

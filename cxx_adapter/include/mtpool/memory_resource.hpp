@@ -53,6 +53,16 @@ class memory_resource : public std::pmr::memory_resource {
   // Returns: the C handle of the pool (never null).
   mtp_pool_t *pool_handle() const noexcept { return pool_; }
 
+  // Returns: a.is_equal(b) (the same object, or over the same pool). Exact-type non-template
+  // friends: std::pmr's operator== needs a derived-to-base conversion, so without these an
+  // unconstrained global template operator==(const T&, const T&) would be chosen instead.
+  friend bool operator==(const memory_resource &a, const memory_resource &b) noexcept {
+    return a.is_equal(b);
+  }
+  friend bool operator!=(const memory_resource &a, const memory_resource &b) noexcept {
+    return !a.is_equal(b);
+  }
+
  private:
   // Effects: allocates bytes aligned to alignment from the pool.
   // Throws: std::bad_alloc when memory runs out or alignment is not a power of two.
