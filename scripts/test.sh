@@ -15,21 +15,10 @@ out=${MTPOOL_TEST_BUILD:-$here/build-ci}
 stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer"}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
-need=()
-for pkg in cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev libbenchmark-dev valgrind \
-           pkg-config bc; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "== installing: ${need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  else
-    echo "missing packages (run as root to install them): ${need[*]}" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=lib/install_deps.sh
+. "$here/scripts/lib/install_deps.sh"
+# shellcheck disable=SC2086 # the list is words
+install_deps required $MTPOOL_TEST_PACKAGES || exit 1
 
 passed=0
 failed=0

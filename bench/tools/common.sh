@@ -1,26 +1,16 @@
 # Shared by scripts/bench.sh and scripts/bench_full.sh (sourced, not run).
 # Expects ROOT (the repository) and BUILD (the build directory) to be set.
 
-BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 gnuplot-nox python3"
-
 note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+# shellcheck source=../../scripts/lib/install_deps.sh
+. "$ROOT/scripts/lib/install_deps.sh"
 
 # Install what is missing (as root), or say what is missing and go on: peers are optional.
 bench_install_deps() {
-  local missing=""
-  for p in $BENCH_PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-  done
-  if [ -z "$missing" ]; then
-    note "all packages present"
-  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    note "installing:$missing"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null ||
-      { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null; } ||
-      note "NOTICE: apt-get install failed; missing peers will be skipped"
-  else
-    note "NOTICE: not root: missing packages not installed:$missing (missing peers are skipped)"
-  fi
+  # shellcheck disable=SC2086 # the list is words
+  install_deps optional $MTPOOL_BENCH_PACKAGES || true
+  note "packages checked"
 }
 
 bench_build() {
