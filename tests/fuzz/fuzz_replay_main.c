@@ -6,7 +6,9 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
+
+#include "testhelper.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,7 +39,7 @@ static int run_dir(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  double t0 = rel_now();
+  double t0 = th_now();
   int files = 0;
   if (argc > 1) {
     for (int i = 1; i < argc; i++) {
@@ -53,21 +55,21 @@ int main(int argc, char **argv) {
     }
 #endif
   }
-  long random_inputs = REL_TSAN ? 100 : REL_ASAN ? 1000 : 2000;
+  long random_inputs = TH_TSAN ? 100 : TH_ASAN ? 1000 : 2000;
   if (getenv("MTP_FUZZ_REPLAY_RANDOM")) random_inputs = atol(getenv("MTP_FUZZ_REPLAY_RANDOM"));
-  rel_rng_t r;
-  rel_rng_seed(&r, 0xF022, 1, 2);
+  th_rng_t r;
+  th_rng_seed(&r, 0xF022, 1, 2);
   static unsigned char buf[4096];
   for (long k = 0; k < random_inputs; k++) {
-    size_t n = 1 + (size_t)rel_below(&r, sizeof buf);
+    size_t n = 1 + (size_t)th_below(&r, sizeof buf);
     for (size_t i = 0; i < n; i++) {
-      uint64_t v = rel_next(&r);
+      uint64_t v = th_next(&r);
       /* bias towards small sizes and a few ops so that sequences build up state */
       buf[i] = (unsigned char)((i % 3 == 0) ? v % 16 : (v >> 8) % 3 == 0 ? v >> 16 : (v >> 16) % 64);
     }
     LLVMFuzzerTestOneInput(buf, n);
   }
   printf("fuzz replay: %d corpus files and %ld generated inputs in %.1f s, no fault\n", files,
-         random_inputs, rel_now() - t0);
+         random_inputs, th_now() - t0);
   return 0;
 }

@@ -12,9 +12,11 @@
 #include <signal.h>
 #include <stdatomic.h>
 
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
 
-#if REL_TSAN
+#include "testhelper.h"
+
+#if TH_TSAN
 enum { WORKERS = 3, FORKS = 12 };
 #else
 enum { WORKERS = 6, FORKS = 60 };
@@ -26,12 +28,12 @@ enum { WSLOTS = 128, HELD = 64 };
  * inside the sanitizer (pthread_getattr_np) and hangs on that allocator's lock when a parent
  * thread held it at the fork (which one was not seen; mtpool itself never calls malloc, but the
  * sanitizer's own thread start does). Seen in about 1 run in 12 with three copies on 2 cores. */
-#define CHILD_THREAD (!REL_TSAN && !REL_ASAN)
+#define CHILD_THREAD (!TH_TSAN && !TH_ASAN)
 
 static mtp_pool_t *g_pool;
 static int g_in_child;
 
-#if REL_ASAN
+#if TH_ASAN
 /* LeakSanitizer's exit-time scan in a child of a multi-threaded process only warns that the
  * parent's threads were not suspended; mtpool blocks are not malloc blocks, so it has nothing to
  * find here. Turned off in the children only. */
@@ -53,17 +55,17 @@ static handoff_t g_hand[WORKERS];
 
 static void *worker(void *arg) {
   int id = (int)(intptr_t)arg;
-  rel_rng_t r;
-  rel_rng_seed(&r, 0xF0, (uint64_t)id, 0);
+  th_rng_t r;
+  th_rng_seed(&r, 0xF0, (uint64_t)id, 0);
   void *p[WSLOTS] = {0};
   size_t sz[WSLOTS] = {0};
   uint64_t tag[WSLOTS] = {0};
   unsigned long long ops = 0;
   while (!atomic_load(&g_stop)) {
-    int k = (int)rel_below(&r, WSLOTS);
+    int k = (int)th_below(&r, WSLOTS);
     if (p[k]) {
-      if (rel_verify(p[k], sz[k], tag[k]) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
-      if (rel_below(&r, 3) == 0) { /* hand it to the next worker, freeing what it held */
+      if (th_verify(p[k], sz[k], tag[k]) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
+      if (th_below(&r, 3) == 0) { /* hand it to the next worker, freeing what it held */
         handoff_t *h = &g_hand[(id + 1) % WORKERS];
         pthread_mutex_lock(&h->mu);
         void *old = h->p;
@@ -74,7 +76,7 @@ static void *worker(void *arg) {
         h->tag = tag[k];
         pthread_mutex_unlock(&h->mu);
         if (old) {
-          if (rel_verify(old, osz, otag) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
+          if (th_verify(old, osz, otag) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
           mtp_free(old);
         }
       } else {
@@ -82,20 +84,20 @@ static void *worker(void *arg) {
       }
       p[k] = NULL;
     } else {
-      sz[k] = (size_t)rel_below(&r, rel_below(&r, 8) == 0 ? 70000 : 600);
-      tag[k] = rel_next(&r);
+      sz[k] = (size_t)th_below(&r, th_below(&r, 8) == 0 ? 70000 : 600);
+      tag[k] = th_next(&r);
       p[k] = (k & 1) ? mtp_pool_alloc(g_pool, sz[k]) : mtp_alloc(sz[k]);
       if (!p[k]) {
         atomic_fetch_add(&g_fail, 1);
         continue;
       }
-      rel_fill(p[k], sz[k], tag[k]);
+      th_fill(p[k], sz[k], tag[k]);
     }
     ops++;
   }
   for (int k = 0; k < WSLOTS; k++)
     if (p[k]) {
-      if (rel_verify(p[k], sz[k], tag[k]) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
+      if (th_verify(p[k], sz[k], tag[k]) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
       mtp_free(p[k]);
     }
   atomic_fetch_add(&g_ops, ops);
@@ -120,7 +122,7 @@ static int child_work(void **held, size_t *held_sz, int nheld) {
   mtp_pool_stats(g_pool, &before);
   /* the blocks the forking thread held are intact and can be freed here */
   for (int i = 0; i < nheld; i++) {
-    if (rel_verify(held[i], held_sz[i], (uint64_t)i + 1) != (size_t)-1) bad |= 2;
+    if (th_verify(held[i], held_sz[i], (uint64_t)i + 1) != (size_t)-1) bad |= 2;
     mtp_free(held[i]);
   }
   void *mine[500];
@@ -128,10 +130,10 @@ static int child_work(void **held, size_t *held_sz, int nheld) {
     size_t n = (size_t)(i * 37) % 5000;
     mine[i] = (i & 1) ? mtp_pool_alloc(g_pool, n) : mtp_alloc(n);
     if (!mine[i]) return 4;
-    rel_fill(mine[i], n, (uint64_t)i);
+    th_fill(mine[i], n, (uint64_t)i);
   }
   for (int i = 0; i < 500; i++) {
-    if (rel_verify(mine[i], (size_t)(i * 37) % 5000, (uint64_t)i) != (size_t)-1) bad |= 8;
+    if (th_verify(mine[i], (size_t)(i * 37) % 5000, (uint64_t)i) != (size_t)-1) bad |= 8;
     mtp_free(mine[i]);
   }
   mtp_pool_t *np = mtp_pool_create(NULL);
@@ -171,7 +173,7 @@ static void *forker(void *arg) {
         atomic_fetch_add(&g_fail, 1);
         return NULL;
       }
-      rel_fill(held[i], held_sz[i], (uint64_t)i + 1);
+      th_fill(held[i], held_sz[i], (uint64_t)i + 1);
     }
     fflush(NULL);
     pid_t pid = fork();
@@ -182,17 +184,17 @@ static void *forker(void *arg) {
     }
     if (pid == 0) {
       g_in_child = 1;
-      alarm(REL_TSAN ? 60 : 20);
+      alarm(TH_TSAN ? 60 : 20);
       int rc = child_work(held, held_sz, HELD);
       if (rc) fprintf(stderr, "child: failure bits %#x\n", rc);
       exit(rc);
     }
     int st = 0;
-    double t0 = rel_now();
+    double t0 = th_now();
     for (;;) {
       pid_t w = waitpid(pid, &st, WNOHANG);
       if (w == pid) break;
-      if (rel_now() - t0 > (REL_TSAN ? 90 : 30)) {
+      if (th_now() - t0 > (TH_TSAN ? 90 : 30)) {
         fprintf(stderr, "FAIL fork %d: child %d hangs (a lock held across fork?)\n", f, (int)pid);
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
@@ -203,11 +205,11 @@ static void *forker(void *arg) {
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       char b[64];
-      fprintf(stderr, "FAIL fork %d: child ended with %s\n", f, rel_status_str(st, b, sizeof b));
+      fprintf(stderr, "FAIL fork %d: child ended with %s\n", f, th_status_str(st, b, sizeof b));
       atomic_fetch_add(&g_fail, 1);
     }
     for (int i = 0; i < HELD; i++) {
-      if (rel_verify(held[i], held_sz[i], (uint64_t)i + 1) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
+      if (th_verify(held[i], held_sz[i], (uint64_t)i + 1) != (size_t)-1) atomic_fetch_add(&g_fail, 1);
       mtp_free(held[i]);
     }
     (*forks_done)++;
@@ -220,36 +222,36 @@ int main(void) {
   mtp_options_init(&o);
   o.name = "fork";
   g_pool = mtp_pool_create(&o);
-  REL_REQUIRE(g_pool, "pool");
+  REQUIRE(g_pool, "pool");
   mtp_stats_t st0;
   mtp_pool_stats(NULL, &st0);
   for (int i = 0; i < WORKERS; i++) pthread_mutex_init(&g_hand[i].mu, NULL);
-  double t0 = rel_now();
+  double t0 = th_now();
   pthread_t w[WORKERS], f;
   for (int i = 0; i < WORKERS; i++)
-    REL_REQUIRE(pthread_create(&w[i], NULL, worker, (void *)(intptr_t)i) == 0, "thread");
+    REQUIRE(pthread_create(&w[i], NULL, worker, (void *)(intptr_t)i) == 0, "thread");
   int forks_done = 0;
-  REL_REQUIRE(pthread_create(&f, NULL, forker, &forks_done) == 0, "thread");
+  REQUIRE(pthread_create(&f, NULL, forker, &forks_done) == 0, "thread");
   pthread_join(f, NULL);
   atomic_store(&g_stop, 1);
   for (int i = 0; i < WORKERS; i++) pthread_join(w[i], NULL);
   for (int i = 0; i < WORKERS; i++) {
     if (g_hand[i].p) {
-      REL_CHECK(rel_verify(g_hand[i].p, g_hand[i].size, g_hand[i].tag) == (size_t)-1, "handoff");
+      EXPECT(th_verify(g_hand[i].p, g_hand[i].size, g_hand[i].tag) == (size_t)-1, "handoff");
       mtp_free(g_hand[i].p);
     }
   }
   mtp_stats_t s1, s2;
   mtp_pool_stats(g_pool, &s1);
   mtp_pool_stats(NULL, &s2);
-  REL_CHECK(s1.blocks_in_use == 0, "pool blocks_in_use %zu after all freed", s1.blocks_in_use);
-  REL_CHECK(s2.blocks_in_use == st0.blocks_in_use, "default pool blocks_in_use %zu, want %zu",
+  EXPECT(s1.blocks_in_use == 0, "pool blocks_in_use %zu after all freed", s1.blocks_in_use);
+  EXPECT(s2.blocks_in_use == st0.blocks_in_use, "default pool blocks_in_use %zu, want %zu",
             s2.blocks_in_use, st0.blocks_in_use);
-  REL_CHECK(forks_done == FORKS, "only %d of %d forks done", forks_done, FORKS);
-  REL_CHECK(atomic_load(&g_fail) == 0, "%d failures in workers/children", atomic_load(&g_fail));
+  EXPECT(forks_done == FORKS, "only %d of %d forks done", forks_done, FORKS);
+  EXPECT(atomic_load(&g_fail) == 0, "%d failures in workers/children", atomic_load(&g_fail));
   mtp_pool_destroy(g_pool);
   printf("fork: %d forks while %d threads ran %llu alloc/free operations, %.1f s%s\n", forks_done,
-         WORKERS, (unsigned long long)atomic_load(&g_ops), rel_now() - t0,
+         WORKERS, (unsigned long long)atomic_load(&g_ops), th_now() - t0,
          CHILD_THREAD ? "" : " (sanitizer build: children start no thread)");
-  return rel_failures ? 1 : 0;
+  return th_failures ? 1 : 0;
 }

@@ -17,13 +17,16 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
 
-#if REL_TSAN
+#include "testhelper.h"
+
+#if TH_TSAN
 enum { DEFAULT_OPS = 2000000, DEFAULT_ROUNDS = 6, DEFAULT_CAP_S = 150 };
-#elif REL_ASAN
+#elif TH_ASAN
 enum { DEFAULT_OPS = 3000000, DEFAULT_ROUNDS = 6, DEFAULT_CAP_S = 150 };
 #else
 enum { DEFAULT_OPS = 8000000, DEFAULT_ROUNDS = 9, DEFAULT_CAP_S = 150 };
@@ -90,16 +93,16 @@ static void slot_fail(slot_t *s, const char *fmt, ...) {
   atomic_fetch_add(&s->rd->failures, 1);
 }
 
-static size_t pick_size(rel_rng_t *r) {
-  uint64_t x = rel_below(r, 1000);
-  if (x < 700) return (size_t)rel_below(r, 257);          /* tiny and small */
-  if (x < 950) return 257 + (size_t)rel_below(r, 3840);   /* up to 4 KiB */
-  if (x < 998) return 4097 + (size_t)rel_below(r, 61440); /* up to 64 KiB */
-  return 65537 + (size_t)rel_below(r, (size_t)1 << 20);   /* up to ~1 MiB: large blocks */
+static size_t pick_size(th_rng_t *r) {
+  uint64_t x = th_below(r, 1000);
+  if (x < 700) return (size_t)th_below(r, 257);          /* tiny and small */
+  if (x < 950) return 257 + (size_t)th_below(r, 3840);   /* up to 4 KiB */
+  if (x < 998) return 4097 + (size_t)th_below(r, 61440); /* up to 64 KiB */
+  return 65537 + (size_t)th_below(r, (size_t)1 << 20);   /* up to ~1 MiB: large blocks */
 }
 
-static int pick_pool(rel_rng_t *r) {
-  uint64_t x = rel_below(r, 100);
+static int pick_pool(th_rng_t *r) {
+  uint64_t x = th_below(r, 100);
   return x < 40 ? 0 : x < 70 ? 1 : x < 80 ? 2 : 3;
 }
 
@@ -110,7 +113,7 @@ static void *pool_alloc(round_t *rd, int pi, size_t n) {
 
 /* Verify and free a block (any thread). */
 static void free_blk(slot_t *s, blk_t *b, int sized) {
-  size_t bad = rel_verify(b->p, b->size, b->tag);
+  size_t bad = th_verify(b->p, b->size, b->tag);
   if (bad != (size_t)-1)
     slot_fail(s, "round %d slot %d: block %p (size %zu, pool %d) corrupt at offset %zu",
               s->rd->index, s->index, (void *)b->p, b->size, b->pool, bad);
@@ -184,12 +187,12 @@ static int mailbox_send(round_t *rd, int to, const blk_t *b) {
 
 static void *worker(void *arg);
 
-static void one_op(slot_t *s, rel_rng_t *r) {
+static void one_op(slot_t *s, th_rng_t *r) {
   round_t *rd = s->rd;
-  blk_t *b = &s->owned[rel_below(r, SLOTS_PER_THREAD)];
-  uint64_t x = rel_below(r, 100);
+  blk_t *b = &s->owned[th_below(r, SLOTS_PER_THREAD)];
+  uint64_t x = th_below(r, 100);
   if (x < 45) { /* allocate into the slot (freeing what was there) */
-    uint64_t kind = rel_below(r, 10);
+    uint64_t kind = th_below(r, 10);
     if (b->p && kind < 2) { /* realloc the slot's block */
       size_t ns = pick_size(r);
       size_t keep = ns < b->size ? ns : b->size;
@@ -199,7 +202,7 @@ static void one_op(slot_t *s, rel_rng_t *r) {
         slot_fail(s, "realloc(%p, %zu) returned NULL", (void *)old, ns);
         return;
       }
-      if (rel_verify(np, keep, b->tag) != (size_t)-1)
+      if (th_verify(np, keep, b->tag) != (size_t)-1)
         slot_fail(s, "realloc %p (%zu -> %zu) lost the contents", (void *)old, b->size, ns);
       if (np == old) {
         s->cnt.realloc_inplace++;
@@ -212,17 +215,17 @@ static void one_op(slot_t *s, rel_rng_t *r) {
       b->size = ns;
       b->align = 0;
       check_new(s, b);
-      b->tag = rel_next(r);
-      rel_fill(b->p, b->size, b->tag);
+      b->tag = th_next(r);
+      th_fill(b->p, b->size, b->tag);
       return;
     }
     if (b->p) free_blk(s, b, (int)(kind & 1));
     b->pool = (uint8_t)pick_pool(r);
     b->size = pick_size(r);
     b->align = 0;
-    b->tag = rel_next(r);
+    b->tag = th_next(r);
     if (kind == 2) { /* calloc */
-      size_t count = 1 + (size_t)rel_below(r, 8), each = b->size / count + 1;
+      size_t count = 1 + (size_t)th_below(r, 8), each = b->size / count + 1;
       b->size = count * each;
       b->p = b->pool == 0 ? mtp_calloc(count, each)
                           : mtp_pool_calloc(rd->pools[b->pool], count, each);
@@ -235,7 +238,7 @@ static void one_op(slot_t *s, rel_rng_t *r) {
         }
       s->cnt.calloc_checked++;
     } else if (kind == 3) { /* aligned */
-      b->align = (uint8_t)(1 + rel_below(r, 12)); /* 2 .. 4096 */
+      b->align = (uint8_t)(1 + th_below(r, 12)); /* 2 .. 4096 */
       size_t al = (size_t)1 << b->align;
       b->p = b->pool == 0 ? mtp_alloc_aligned(b->size, al)
                           : mtp_pool_alloc_aligned(rd->pools[b->pool], b->size, al);
@@ -247,12 +250,12 @@ static void one_op(slot_t *s, rel_rng_t *r) {
     }
     if (!b->p) return;
     s->cnt.allocs[b->pool]++;
-    rel_fill(b->p, b->size, b->tag);
+    th_fill(b->p, b->size, b->tag);
   } else if (x < 70) { /* free locally */
     if (b->p) free_blk(s, b, (int)(x & 1));
   } else if (x < 95) { /* cross-thread free: hand it to another slot */
     if (b->p && rd->nworkers > 1) {
-      int to = (int)rel_below(r, (uint64_t)rd->nworkers - 1);
+      int to = (int)th_below(r, (uint64_t)rd->nworkers - 1);
       if (to >= s->index) to++;
       if (mailbox_send(rd, to, b)) {
         s->cnt.remote_sent++;
@@ -268,12 +271,12 @@ static void *worker(void *arg) {
   slot_t *s = arg;
   round_t *rd = s->rd;
   if (s->has_prev) pthread_join(s->prev, NULL);
-  rel_rng_t r;
-  rel_rng_seed(&r, rd->seed, (uint64_t)rd->index * 1000 + (uint64_t)s->index,
+  th_rng_t r;
+  th_rng_seed(&r, rd->seed, (uint64_t)rd->index * 1000 + (uint64_t)s->index,
                (uint64_t)s->generation);
   uint64_t i = 0;
   for (; i < s->ops_per_gen; i++) {
-    if ((i & 1023) == 0 && (atomic_load(&rd->stop) || rel_now() > rd->deadline)) {
+    if ((i & 1023) == 0 && (atomic_load(&rd->stop) || th_now() > rd->deadline)) {
       atomic_store(&rd->stop, 1);
       break;
     }
@@ -310,7 +313,7 @@ static void carry_push(carry_t *c, const blk_t *b) {
   if (c->n == c->cap) {
     c->cap = c->cap ? c->cap * 2 : 1024;
     c->items = realloc(c->items, c->cap * sizeof *c->items);
-    REL_REQUIRE(c->items, "oom");
+    REQUIRE(c->items, "oom");
   }
   c->items[c->n++] = *b;
 }
@@ -318,7 +321,7 @@ static void carry_push(carry_t *c, const blk_t *b) {
 static int check_stats(const char *what, mtp_pool_t *pool, uint64_t live, uint64_t allocs,
                        uint64_t frees, const mtp_stats_t *base, size_t live_requested) {
   mtp_stats_t st;
-  REL_CHECK(mtp_pool_stats(pool, &st) == 0, "stats");
+  EXPECT(mtp_pool_stats(pool, &st) == 0, "stats");
   uint64_t a = st.allocs - (base ? base->allocs : 0), f = st.frees - (base ? base->frees : 0);
   size_t in_use = st.blocks_in_use - (base ? base->blocks_in_use : 0);
   int ok = 1;
@@ -330,14 +333,14 @@ static int check_stats(const char *what, mtp_pool_t *pool, uint64_t live, uint64
             what, in_use, (unsigned long long)live, (unsigned long long)a,
             (unsigned long long)allocs, (unsigned long long)f, (unsigned long long)frees,
             st.bytes_in_use, live_requested, st.bytes_reserved);
-    rel_failures++;
+    th_failures++;
     ok = 0;
   }
   return ok;
 }
 
 int main(void) {
-  REL_REQUIRE(rel_pattern_selftest(), "pattern");
+  REQUIRE(th_pattern_selftest(), "pattern");
   uint64_t seed = getenv("MTP_STRESS_SEED") ? strtoull(getenv("MTP_STRESS_SEED"), NULL, 0) : 0x5eedull;
   uint64_t total_ops =
       getenv("MTP_STRESS_OPS") ? strtoull(getenv("MTP_STRESS_OPS"), NULL, 0) : DEFAULT_OPS;
@@ -356,16 +359,16 @@ int main(void) {
   printf("stress: seed %#llx, %d rounds of 8/16/32 slots x %d thread generations, %llu ops per "
          "thread, time cap %.0f s%s, largest class %zu B\n",
          (unsigned long long)seed, rounds, GENERATIONS, (unsigned long long)ops_per_gen, cap_s,
-         REL_TSAN ? " (ThreadSanitizer)" : REL_ASAN ? " (AddressSanitizer)" : "", g_max_class);
+         TH_TSAN ? " (ThreadSanitizer)" : TH_ASAN ? " (AddressSanitizer)" : "", g_max_class);
 
-  double t0 = rel_now(), deadline = t0 + cap_s;
+  double t0 = th_now(), deadline = t0 + cap_s;
   carry_t carry = {0};
   uint64_t def_allocs = 0, def_frees = 0, grand_ops = 0, grand_remote = 0, threads_started = 0,
            grand_large = 0, moved = 0, inplace = 0;
   size_t trims = 0, trimmed_bytes = 0;
   int rounds_run = 0;
 
-  for (int ri = 0; ri < rounds && rel_now() < deadline; ri++) {
+  for (int ri = 0; ri < rounds && th_now() < deadline; ri++) {
     round_t rd;
     memset(&rd, 0, sizeof rd);
     rd.index = ri;
@@ -388,25 +391,25 @@ int main(void) {
         o.thread_cache_bytes = 0;
       }
       rd.pools[pi] = mtp_pool_create(&o);
-      REL_REQUIRE(rd.pools[pi], "pool create %d", pi);
-      REL_CHECK(strcmp(mtp_pool_name(rd.pools[pi]), name) == 0, "name %s", mtp_pool_name(rd.pools[pi]));
+      REQUIRE(rd.pools[pi], "pool create %d", pi);
+      EXPECT(strcmp(mtp_pool_name(rd.pools[pi]), name) == 0, "name %s", mtp_pool_name(rd.pools[pi]));
     }
     rd.slots = calloc((size_t)rd.nworkers, sizeof *rd.slots);
-    REL_REQUIRE(rd.slots, "oom");
+    REQUIRE(rd.slots, "oom");
     for (int i = 0; i < rd.nworkers; i++) {
       slot_t *s = &rd.slots[i];
       s->rd = &rd;
       s->index = i;
       s->ops_per_gen = ops_per_gen;
     }
-    double tr = rel_now();
+    double tr = th_now();
     for (int i = 0; i < rd.nworkers; i++) {
       pthread_t t;
-      REL_REQUIRE(pthread_create(&t, NULL, worker, &rd.slots[i]) == 0, "pthread_create");
+      REQUIRE(pthread_create(&t, NULL, worker, &rd.slots[i]) == 0, "pthread_create");
     }
     /* while they run: trims and statistics from another thread */
-    rel_rng_t mr;
-    rel_rng_seed(&mr, seed, (uint64_t)ri, 999);
+    th_rng_t mr;
+    th_rng_seed(&mr, seed, (uint64_t)ri, 999);
     pthread_mutex_lock(&rd.done_mu);
     while (rd.finished < rd.nworkers) {
       struct timespec ts;
@@ -419,13 +422,13 @@ int main(void) {
       pthread_cond_timedwait(&rd.done_cv, &rd.done_mu, &ts);
       if (rd.finished >= rd.nworkers) break;
       pthread_mutex_unlock(&rd.done_mu);
-      mtp_pool_t *p = rd.pools[rel_below(&mr, NPOOLS)];
+      mtp_pool_t *p = rd.pools[th_below(&mr, NPOOLS)];
       mtp_stats_t snap;
       mtp_pool_stats(p, &snap);
       if (snap.bytes_in_use > snap.bytes_mapped + ((size_t)1 << 40)) {
         fprintf(stderr, "FAIL racy stats snapshot absurd: in use %zu, mapped %zu\n",
                 snap.bytes_in_use, snap.bytes_mapped);
-        rel_failures++;
+        th_failures++;
       }
       trimmed_bytes += mtp_pool_trim(p);
       trims++;
@@ -433,7 +436,7 @@ int main(void) {
     }
     pthread_mutex_unlock(&rd.done_mu);
     for (int i = 0; i < rd.nworkers; i++) pthread_join(rd.slots[i].last, NULL);
-    double round_s = rel_now() - tr;
+    double round_s = th_now() - tr;
 
     /* threads are all gone: account */
     counters_t sum;
@@ -462,7 +465,7 @@ int main(void) {
     }
     for (int pi = 0; pi < NPOOLS; pi++) sum.frees[pi] += mainslot.cnt.frees[pi];
     if (mainslot.fail[0]) fprintf(stderr, "FAIL %s\n", mainslot.fail);
-    rel_failures += atomic_load(&rd.failures) ? 1 : 0;
+    th_failures += atomic_load(&rd.failures) ? 1 : 0;
 
     /* the rest: verify; default-pool blocks carried to later rounds, others left in the pools */
     uint64_t live[NPOOLS] = {0};
@@ -471,11 +474,11 @@ int main(void) {
       for (int k = 0; k < SLOTS_PER_THREAD; k++) {
         blk_t *b = &rd.slots[i].owned[k];
         if (!b->p) continue;
-        size_t bad = rel_verify(b->p, b->size, b->tag);
+        size_t bad = th_verify(b->p, b->size, b->tag);
         if (bad != (size_t)-1) {
           fprintf(stderr, "FAIL end of round %d: block %p (size %zu, pool %d) corrupt at %zu\n", ri,
                   (void *)b->p, b->size, b->pool, bad);
-          rel_failures++;
+          th_failures++;
         }
         if (b->pool == 0) {
           carry_push(&carry, b);
@@ -488,13 +491,13 @@ int main(void) {
     def_allocs += sum.allocs[0];
     def_frees += sum.frees[0];
     /* drop about half of the carried blocks, the oldest and a random share */
-    rel_rng_t cr;
-    rel_rng_seed(&cr, seed, (uint64_t)ri, 4242);
+    th_rng_t cr;
+    th_rng_seed(&cr, seed, (uint64_t)ri, 4242);
     size_t w = 0;
     for (size_t i = 0; i < carry.n; i++) {
       blk_t *b = &carry.items[i];
-      if (rel_below(&cr, 2) == 0 || carry.n > 20000) {
-        REL_CHECK(rel_verify(b->p, b->size, b->tag) == (size_t)-1, "carried block %p corrupt",
+      if (th_below(&cr, 2) == 0 || carry.n > 20000) {
+        EXPECT(th_verify(b->p, b->size, b->tag) == (size_t)-1, "carried block %p corrupt",
                   (void *)b->p);
         mtp_free(b->p);
         def_frees++;
@@ -516,7 +519,7 @@ int main(void) {
       if (pi != 2 && sum.remote_sent > 1000 && ps.remote_frees == 0) {
         fprintf(stderr, "FAIL %s: remote_frees is 0 after %llu cross-thread hand-overs\n", what,
                 (unsigned long long)sum.remote_sent);
-        rel_failures++;
+        th_failures++;
       }
     }
     snprintf(what, sizeof what, "round %d default pool", ri);
@@ -547,7 +550,7 @@ int main(void) {
   }
 
   for (size_t i = 0; i < carry.n; i++) {
-    REL_CHECK(rel_verify(carry.items[i].p, carry.items[i].size, carry.items[i].tag) == (size_t)-1,
+    EXPECT(th_verify(carry.items[i].p, carry.items[i].size, carry.items[i].tag) == (size_t)-1,
               "carried block corrupt");
     mtp_free(carry.items[i].p);
     def_frees++;
@@ -558,7 +561,7 @@ int main(void) {
   size_t back = mtp_pool_trim(NULL);
   mtp_stats_t fin;
   mtp_pool_stats(NULL, &fin);
-  double secs = rel_now() - t0;
+  double secs = th_now() - t0;
   printf("stress: %llu operations (%llu cross-thread hand-overs, %llu large blocks, realloc "
          "%llu moved / %llu in place) in %d rounds, %llu threads, %.1f s (%.2f M ops/s); "
          "%zu concurrent trims returned %zu B; default pool at the end: %zu blocks, %zu B reserved, "
@@ -568,6 +571,6 @@ int main(void) {
          rounds_run, (unsigned long long)threads_started, secs, grand_ops / secs / 1e6, trims,
          trimmed_bytes + back, fin.blocks_in_use, fin.bytes_reserved, fin.bytes_mapped,
          grand_ops < total_ops * 9 / 10 ? " (time cap reached before the planned count)" : "");
-  if (rel_failures) printf("stress: %d failures\n", rel_failures);
-  return rel_failures ? 1 : 0;
+  if (th_failures) printf("stress: %d failures\n", th_failures);
+  return th_failures ? 1 : 0;
 }

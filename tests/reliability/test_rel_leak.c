@@ -7,21 +7,9 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
 
-static long status_kb(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  size_t kl = strlen(key);
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-      v = atol(line + kl + 1);
-      break;
-    }
-  if (f) fclose(f);
-  return v;
-}
+#include "testhelper.h"
 
 static void *use_pool(void *arg) {
   mtp_pool_t *p = arg;
@@ -34,12 +22,12 @@ static void pool_cycle(int r, int check) {
   mtp_options_init(&o);
   o.check = check;
   mtp_pool_t *p = mtp_pool_create(&o);
-  REL_REQUIRE(p, "pool create");
+  REQUIRE(p, "pool create");
   void *b[60];
   for (int i = 0; i < 60; i++) {
     size_t n = (size_t)(i * 97 + r) % 6000;
     b[i] = mtp_pool_alloc(p, n);
-    REL_REQUIRE(b[i], "alloc");
+    REQUIRE(b[i], "alloc");
     memset(b[i], 1, n);
   }
   void *l = mtp_pool_alloc(p, 200000);
@@ -63,18 +51,18 @@ static void trim_cycle(mtp_pool_t *p, int r) {
 
 static int phase(const char *name, int cycles, void (*fn)(int, void *), void *arg) {
   for (int r = 0; r < cycles / 10; r++) fn(r, arg); /* warm-up */
-  long vm0 = status_kb("VmSize"), rss0 = status_kb("VmRSS");
-  double t0 = rel_now();
+  long vm0 = th_status_kb("VmSize"), rss0 = th_status_kb("VmRSS");
+  double t0 = th_now();
   for (int r = 0; r < cycles; r++) fn(r, arg);
-  long vm1 = status_kb("VmSize"), rss1 = status_kb("VmRSS");
+  long vm1 = th_status_kb("VmSize"), rss1 = th_status_kb("VmRSS");
   printf("%-22s %6d cycles in %.1f s: VmSize %+ld kB, VmRSS %+ld kB\n", name, cycles,
-         rel_now() - t0, vm1 - vm0, rss1 - rss0);
+         th_now() - t0, vm1 - vm0, rss1 - rss0);
   /* a leak is a steady growth: over 1 MiB in all and over 256 B per cycle. Under sanitizers
    * VmRSS also counts the shadow pages of every new address range mtpool maps, so only VmSize */
   long allow = 1024;
   double per_vm = (vm1 - vm0) * 1024.0 / cycles, per_rss = (rss1 - rss0) * 1024.0 / cycles;
   int grows = (vm1 - vm0 > allow && per_vm > 256) ||
-              (!REL_ASAN && !REL_TSAN && rss1 - rss0 > allow && per_rss > 256);
+              (!TH_ASAN && !TH_TSAN && rss1 - rss0 > allow && per_rss > 256);
   if (grows) {
     fprintf(stderr, "FAIL %s: memory grows by %.0f B per cycle (VmSize) / %.0f B (VmRSS)\n", name,
             per_vm, per_rss);
@@ -101,13 +89,13 @@ static mtp_pool_t *reuse_pool(int check) {
   o.purge_delay_ms = 0;
   o.thread_cache_bytes = 0; /* checked pools have no thread cache anyway */
   mtp_pool_t *p = mtp_pool_create(&o);
-  REL_REQUIRE(p, "pool create");
+  REQUIRE(p, "pool create");
   return p;
 }
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int cycles = REL_TSAN ? 1500 : REL_ASAN ? 3000 : 8000;
+  int cycles = TH_TSAN ? 1500 : TH_ASAN ? 3000 : 8000;
   int failed = 0;
   failed += phase("plain pool churn", cycles, plain_pools, NULL);
   failed += phase("checked pool churn", cycles, checked_pools, NULL);

@@ -26,7 +26,9 @@
 #include <signal.h>
 #include <sys/mman.h>
 
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
+
+#include "testhelper.h"
 
 enum { EXP_PROBE = 0, EXP_CLEAN = -1, EXP_NA = -2 };
 
@@ -303,40 +305,40 @@ static int c_legal_mix(void) {
 }
 
 static int c_overflow_slack(void) {
-  volatile char *p = rel_opaque_ptr(A(40));
+  volatile char *p = th_opaque_ptr(A(40));
   say_ptr((void *)p);
-  p[rel_opaque(40)] = 'X';
+  p[th_opaque(40)] = 'X';
   mtp_free((void *)p);
   return -1;
 }
 
 static int c_overflow_exact(void) {
-  volatile char *p = rel_opaque_ptr(A(64));
+  volatile char *p = th_opaque_ptr(A(64));
   say_ptr((void *)p);
-  p[rel_opaque(64)] = 'X';
+  p[th_opaque(64)] = 'X';
   mtp_free((void *)p);
   return -1;
 }
 
 static int c_overflow_sized(void) {
-  volatile char *p = rel_opaque_ptr(A(100));
+  volatile char *p = th_opaque_ptr(A(100));
   say_ptr((void *)p);
-  p[rel_opaque(100)] = 'X';
+  p[th_opaque(100)] = 'X';
   mtp_free_sized((void *)p, 100);
   return -1;
 }
 
 static int c_overflow_realloc(void) {
-  volatile char *p = rel_opaque_ptr(A(40));
+  volatile char *p = th_opaque_ptr(A(40));
   say_ptr((void *)p);
-  p[rel_opaque(40)] = 'X';
+  p[th_opaque(40)] = 'X';
   void *q = mtp_realloc((void *)p, 4000);
   printf("REALLOC_RESULT %p\n", q);
   return -1;
 }
 
 static void uaf_write(size_t size) {
-  volatile char *p = rel_opaque_ptr(A(size));
+  volatile char *p = th_opaque_ptr(A(size));
   say_ptr((void *)p);
   mtp_free((void *)p);
   p[size / 2] ^= 0x5a; /* one byte in the middle: leaves any free-list link at the start alone */
@@ -344,7 +346,7 @@ static void uaf_write(size_t size) {
 
 /* A write to the first word of a freed block: where a free list keeps its link. */
 static int c_uaf_first_word(void) {
-  volatile char *p = rel_opaque_ptr(A(64));
+  volatile char *p = th_opaque_ptr(A(64));
   say_ptr((void *)p);
   mtp_free((void *)p);
   p[0] ^= 0x5a;
@@ -357,9 +359,9 @@ static int c_uaf_first_word(void) {
 
 /* Nine bytes past the end of a 60 B block: past any 4-byte canary. */
 static int c_overflow_far(void) {
-  volatile char *p = rel_opaque_ptr(A(60));
+  volatile char *p = th_opaque_ptr(A(60));
   say_ptr((void *)p);
-  for (size_t i = 60; i < 72; i++) p[rel_opaque(i)] = (char)0xEE;
+  for (size_t i = 60; i < 72; i++) p[th_opaque(i)] = (char)0xEE;
   mtp_free((void *)p);
   return -1;
 }
@@ -515,19 +517,19 @@ static int child_main(const char *cname, const char *mname, const char *hname) {
   if (g_refree && held > 0) held--;
 
   /* the pool must go on working */
-  rel_rng_t r;
-  rel_rng_seed(&r, 7, 7, 7);
+  th_rng_t r;
+  th_rng_seed(&r, 7, 7, 7);
   void *blk[512];
   size_t sz[512];
   for (int round = 0; round < 4; round++) {
     for (int i = 0; i < 512; i++) {
-      sz[i] = (size_t)rel_below(&r, 3000);
+      sz[i] = (size_t)th_below(&r, 3000);
       blk[i] = A(sz[i]);
       if (!blk[i]) abort();
-      rel_fill(blk[i], sz[i], (uint64_t)i);
+      th_fill(blk[i], sz[i], (uint64_t)i);
     }
     for (int i = 0; i < 512; i++) {
-      if (rel_verify(blk[i], sz[i], (uint64_t)i) != (size_t)-1) {
+      if (th_verify(blk[i], sz[i], (uint64_t)i) != (size_t)-1) {
         printf("CORRUPT block %d after the fault\n", i);
         fflush(stdout);
         abort();
@@ -574,7 +576,7 @@ static int text_names_fault(const char *text, int code) {
                          : code == MTP_ERR_USE_AFTER_FREE  ? uf
                                                            : NULL;
   for (; w && *w; w++)
-    if (rel_strcasestr(text, *w)) return 1;
+    if (th_strcasestr(text, *w)) return 1;
   return 0;
 }
 
@@ -609,7 +611,7 @@ static int guess_code(const char *text) {
   static const int order[] = {MTP_ERR_USE_AFTER_FREE, MTP_ERR_OVERFLOW, MTP_ERR_DOUBLE_FREE,
                               MTP_ERR_WRONG_SIZE, MTP_ERR_INVALID_POINTER};
   /* the mtpool line only, so that the sanitizer or libc noise does not count */
-  const char *line = rel_strcasestr(text, "mtpool");
+  const char *line = th_strcasestr(text, "mtpool");
   if (!line) return 0;
   char buf[512];
   size_t n = strcspn(line, "\n");
@@ -633,7 +635,7 @@ static const char *sig_name(int sig) {
   }
 }
 
-static void judge_default(const rel_case_t *c, int exp, const rel_proc_t *pr, outcome_t *o) {
+static void judge_default(const rel_case_t *c, int exp, const th_proc_t *pr, outcome_t *o) {
   uintptr_t ptr = parse_ptr(pr->out);
   int st = pr->status;
   char sbuf[64];
@@ -653,7 +655,7 @@ static void judge_default(const rel_case_t *c, int exp, const rel_proc_t *pr, ou
     int g = guess_code(pr->err);
     o->code = g;
     int named = g && (g == exp || (c->alt_code && g == c->alt_code));
-    int has_ptr = ptr == 0 || rel_text_has_pointer(pr->err, ptr);
+    int has_ptr = ptr == 0 || th_text_has_pointer(pr->err, ptr);
     snprintf(o->word, sizeof o->word, "abort:%s%s", g ? short_code(g) : "?", has_ptr ? "" : "-noptr");
     if (exp > 0) {
       o->ok = named && has_ptr;
@@ -681,7 +683,7 @@ static void judge_default(const rel_case_t *c, int exp, const rel_proc_t *pr, ou
     if (!o->ok) snprintf(o->why, sizeof o->why, "not reported: the program went on");
     return;
   }
-  rel_status_str(st, sbuf, sizeof sbuf);
+  th_status_str(st, sbuf, sizeof sbuf);
   if (WIFSIGNALED(st))
     snprintf(o->word, sizeof o->word, "%s%s", after ? "none>" : "", sig_name(WTERMSIG(st)));
   else
@@ -690,7 +692,7 @@ static void judge_default(const rel_case_t *c, int exp, const rel_proc_t *pr, ou
   if (!o->ok) snprintf(o->why, sizeof o->why, "child ended with %s", sbuf);
 }
 
-static void judge_custom(const rel_case_t *c, int exp, const rel_proc_t *pr, outcome_t *o) {
+static void judge_custom(const rel_case_t *c, int exp, const th_proc_t *pr, outcome_t *o) {
   uintptr_t ptr = parse_ptr(pr->out);
   memset(o, 0, sizeof *o);
   char sbuf[64];
@@ -724,7 +726,7 @@ static void judge_custom(const rel_case_t *c, int exp, const rel_proc_t *pr, out
              code ? "+" : "", WIFSIGNALED(pr->status) ? sig_name(WTERMSIG(pr->status)) : "died");
     o->ok = exp == EXP_PROBE;
     snprintf(o->why, sizeof o->why, "the handler returned but the child ended with %s",
-             rel_status_str(pr->status, sbuf, sizeof sbuf));
+             th_status_str(pr->status, sbuf, sizeof sbuf));
     return;
   }
   if (!code) {
@@ -773,7 +775,7 @@ int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--child") == 0) return child_main(argv[2], argv[3], argv[4]);
   int table_only = argc > 1 && strcmp(argv[1], "--table-only") == 0;
   const char *only = getenv("MTP_MISUSE_ONLY"); /* run one case by name, for debugging */
-  REL_REQUIRE(rel_pattern_selftest(), "pattern");
+  REQUIRE(th_pattern_selftest(), "pattern");
 
   printf("misuse table (cell: default handler / custom handler; '*' = must be caught, "
          "'=' = legal call, must stay silent)\n");
@@ -781,8 +783,9 @@ int main(int argc, char **argv) {
   for (int m = 0; m < M_COUNT; m++) printf(" %-26s", mode_names[m]);
   printf("\n");
   int failed = 0, runs = 0, known_cells = 0;
-  int strict = rel_strict() || (getenv("MTP_MISUSE_STRICT") && atoi(getenv("MTP_MISUSE_STRICT")));
-  double t0 = rel_now();
+  int strict = (getenv("MTP_REL_STRICT") && atoi(getenv("MTP_REL_STRICT"))) ||
+               (getenv("MTP_MISUSE_STRICT") && atoi(getenv("MTP_MISUSE_STRICT")));
+  double t0 = th_now();
   for (int ci = 0; ci < NCASES; ci++) {
     const rel_case_t *c = &cases[ci];
     if (only && strcmp(only, c->name) != 0) continue;
@@ -797,7 +800,7 @@ int main(int argc, char **argv) {
        * TSan only the cases with threads or one of each kind run, in two modes */
       char key[64];
       snprintf(key, sizeof key, " %s ", c->name);
-      if (REL_TSAN && !getenv("MTP_MISUSE_ALL") &&
+      if (TH_TSAN && !getenv("MTP_MISUSE_ALL") &&
           (m == M_POOL || m == M_ENV ||
            !strstr(" df_last df_remote_same df_remote_other foreign_stack interior wrong_class_up "
                    "overflow_slack uaf_reuse legal_mix ",
@@ -810,7 +813,7 @@ int main(int argc, char **argv) {
       outcome_t od, oc;
       for (int h = 0; h < 2; h++) {
         /* ThreadSanitizer: the default handler's death test only in the default mode */
-        if (REL_TSAN && h == 0 && m != M_DEFAULT && !getenv("MTP_MISUSE_ALL")) {
+        if (TH_TSAN && h == 0 && m != M_DEFAULT && !getenv("MTP_MISUSE_ALL")) {
           memset(&od, 0, sizeof od);
           od.ok = 1;
           snprintf(od.word, sizeof od.word, "-");
@@ -819,8 +822,8 @@ int main(int argc, char **argv) {
         char *args[] = {argv[0], "--child", (char *)c->name, (char *)mode_names[m],
                         h ? "custom" : "default", NULL};
         const char *env[] = {m == M_ENV ? "MTPOOL_CHECK=1" : "MTPOOL_CHECK", NULL};
-        rel_proc_t pr;
-        REL_REQUIRE(rel_run_self(args, env, REL_TSAN ? 120 : 30, &pr) == 0, "spawn");
+        th_proc_t pr;
+        REQUIRE(th_run_self(args, env, TH_TSAN ? 120 : 30, &pr) == 0, "spawn");
         runs++;
         if (h)
           judge_custom(c, exp, &pr, &oc);
@@ -835,7 +838,7 @@ int main(int argc, char **argv) {
                    mode_names[m], h ? "custom" : "default", o->why, pr.out ? pr.out : "",
                    pr.err ? pr.err : "");
         }
-        rel_proc_free(&pr);
+        th_proc_free(&pr);
       }
       char cell[64];
       int bad = !(od.ok && oc.ok), known = bad && c->known_bug && !strict;
@@ -849,12 +852,12 @@ int main(int argc, char **argv) {
     printf("  %s\n%s", c->what, why_all);
     if (c->known_bug)
       printf("  %s: %s\n",
-             row_known || REL_ASAN ? "KNOWN BUG" : "known bug NO LONGER SEEN, remove the mark",
+             row_known || TH_ASAN ? "KNOWN BUG" : "known bug NO LONGER SEEN, remove the mark",
              c->known_bug);
     fflush(stdout);
   }
   printf("%d sub-processes in %.1f s; %d cells failed, %d cells show known core bugs%s\n", runs,
-         rel_now() - t0, failed, known_cells,
-         REL_ASAN ? " (AddressSanitizer build)" : REL_TSAN ? " (ThreadSanitizer build)" : "");
+         th_now() - t0, failed, known_cells,
+         TH_ASAN ? " (AddressSanitizer build)" : TH_TSAN ? " (ThreadSanitizer build)" : "");
   return table_only ? 0 : failed ? 1 : 0;
 }

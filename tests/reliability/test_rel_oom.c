@@ -22,7 +22,9 @@
 #include <sys/resource.h>
 
 #include "os.h" /* mtp__os_inject_failure */
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
+
+#include "testhelper.h"
 
 static const char *g_doing = "setup"; /* the call under way, for the error handler's message */
 
@@ -30,14 +32,14 @@ static const char *g_doing = "setup"; /* the call under way, for the error handl
 static void oom_error_handler(int err, const char *msg, void *ptr, void *arg) {
   (void)arg;
   fprintf(stderr, "FAIL mtpool reported err %d (%s) for %p during: %s\n", err, msg, ptr, g_doing);
-  rel_failures++;
+  th_failures++;
 }
 
 static void expect_enomem(const char *what, void *p, int e) {
   if (p) return;
   if (e != ENOMEM) {
     fprintf(stderr, "FAIL %s returned NULL with errno %d (%s), want ENOMEM\n", what, e, strerror(e));
-    rel_failures++;
+    th_failures++;
   }
 }
 
@@ -52,7 +54,7 @@ static void *first_use_thread(void *arg) {
 }
 
 static int first_use_child(void) {
-  rel_failures = 0;
+  th_failures = 0;
   mtp__os_inject_failure(0);
   errno = 0;
   void *a = mtp_alloc(16);
@@ -67,8 +69,8 @@ static int first_use_child(void) {
   void *tp = NULL;
   if (pthread_create(&t, NULL, first_use_thread, NULL) == 0) pthread_join(t, &tp);
   mtp_stats_t st;
-  REL_CHECK(mtp_pool_stats(NULL, &st) == 0, "stats under injection");
-  REL_CHECK(st.blocks_in_use == (size_t)(a != NULL) + (l != NULL) + (tp != NULL),
+  EXPECT(mtp_pool_stats(NULL, &st) == 0, "stats under injection");
+  EXPECT(st.blocks_in_use == (size_t)(a != NULL) + (l != NULL) + (tp != NULL),
             "blocks_in_use %zu under injection", st.blocks_in_use);
   printf("first use under injection: alloc %s, large %s, pool_create %s, thread alloc %s\n",
          a ? "served" : "ENOMEM", l ? "served" : "ENOMEM", pool ? "served" : "ENOMEM",
@@ -76,9 +78,9 @@ static int first_use_child(void) {
   mtp__os_inject_failure(-1);
   void *b = mtp_alloc(16), *c = mtp_alloc((size_t)8 << 20);
   mtp_pool_t *p2 = mtp_pool_create(NULL);
-  REL_CHECK(b && c && p2, "allocation after injection off: %p %p %p", b, c, (void *)p2);
+  EXPECT(b && c && p2, "allocation after injection off: %p %p %p", b, c, (void *)p2);
   void *d = p2 ? mtp_pool_alloc(p2, 1000) : NULL;
-  REL_CHECK(d, "pool alloc after injection off");
+  EXPECT(d, "pool alloc after injection off");
   mtp_free(a);
   mtp_free(l);
   mtp_free(tp);
@@ -88,8 +90,8 @@ static int first_use_child(void) {
   mtp_pool_destroy(pool);
   mtp_pool_destroy(p2);
   mtp_pool_stats(NULL, &st);
-  REL_CHECK(st.blocks_in_use == 0, "default pool blocks_in_use %zu at the end", st.blocks_in_use);
-  return rel_failures ? 1 : 0;
+  EXPECT(st.blocks_in_use == 0, "default pool blocks_in_use %zu at the end", st.blocks_in_use);
+  return th_failures ? 1 : 0;
 }
 
 /* ---- 2. injection after N maps --------------------------------------------------------------- */
@@ -108,9 +110,9 @@ static void held_push(held_t *h, void *p, size_t size, uint64_t tag, const char 
     h->size = realloc(h->size, h->cap * sizeof *h->size);
     h->tag = realloc(h->tag, h->cap * sizeof *h->tag);
     h->what = realloc(h->what, h->cap * sizeof *h->what);
-    REL_REQUIRE(h->p && h->size && h->tag && h->what, "libc oom");
+    REQUIRE(h->p && h->size && h->tag && h->what, "libc oom");
   }
-  rel_fill(p, size, tag);
+  th_fill(p, size, tag);
   h->p[h->n] = p;
   h->size[h->n] = size;
   h->tag[h->n] = tag;
@@ -122,7 +124,7 @@ static void held_push(held_t *h, void *p, size_t size, uint64_t tag, const char 
   if (mtp_usable_size(p) < size || mtp_pool_of(p) == NULL) {
     fprintf(stderr, "FAIL %s of %zu B gave %p with usable size %zu\n", what, size, p,
             mtp_usable_size(p));
-    rel_failures++;
+    th_failures++;
   }
 }
 
@@ -142,55 +144,55 @@ static void *remote_alloc(void *arg) {
 }
 
 /* Fill pool (NULL: default) with every kind of allocation until `fails` NULLs in a row or a cap. */
-static void fill_until_failure(mtp_pool_t *pool, held_t *h, unsigned *nulls, rel_rng_t *r) {
+static void fill_until_failure(mtp_pool_t *pool, held_t *h, unsigned *nulls, th_rng_t *r) {
   unsigned in_a_row = 0;
   for (int i = 0; i < 6000 && in_a_row < 60; i++) {
-    int kind = (int)rel_below(r, 8);
+    int kind = (int)th_below(r, 8);
     size_t size;
     void *p = NULL;
     errno = 0;
     const char *what = "?";
     switch (kind) {
       case 0: case 1:
-        size = (size_t)rel_below(r, 512);
+        size = (size_t)th_below(r, 512);
         p = mtp_pool_alloc(pool, size);
         what = "small alloc";
         break;
       case 2:
-        size = 4096 + (size_t)rel_below(r, 60000);
+        size = 4096 + (size_t)th_below(r, 60000);
         p = mtp_pool_alloc(pool, size);
         what = "medium alloc";
         break;
       case 3:
-        size = ((size_t)1 << 20) + (size_t)rel_below(r, (size_t)3 << 20);
+        size = ((size_t)1 << 20) + (size_t)th_below(r, (size_t)3 << 20);
         p = mtp_pool_alloc(pool, size);
         what = "large alloc";
         break;
       case 4: {
-        size = (size_t)rel_below(r, 20000);
-        size_t al = (size_t)1 << (4 + rel_below(r, 13)); /* 16 .. 64 KiB */
+        size = (size_t)th_below(r, 20000);
+        size_t al = (size_t)1 << (4 + th_below(r, 13)); /* 16 .. 64 KiB */
         p = mtp_pool_alloc_aligned(pool, size, al);
         what = "aligned alloc";
         if (p && ((uintptr_t)p & (al - 1))) {
           fprintf(stderr, "FAIL aligned alloc of %zu B at %zu gave %p\n", size, al, p);
-          rel_failures++;
+          th_failures++;
         }
         break;
       }
       case 5:
-        size = (size_t)rel_below(r, 3000);
+        size = (size_t)th_below(r, 3000);
         p = mtp_pool_calloc(pool, 1, size);
         what = "calloc";
         for (size_t k = 0; p && k < size; k++)
           if (((unsigned char *)p)[k]) {
             fprintf(stderr, "FAIL calloc under injection not zero\n");
-            rel_failures++;
+            th_failures++;
             break;
           }
         break;
       case 6: { /* realloc growth of a held block */
         if (!h->n) continue;
-        size_t k = (size_t)rel_below(r, h->n);
+        size_t k = (size_t)th_below(r, h->n);
         size = h->size[k] * 2 + 1000;
         char doing[160];
         snprintf(doing, sizeof doing, "realloc of a %zu B block from %s", h->size[k], h->what[k]);
@@ -199,26 +201,26 @@ static void fill_until_failure(mtp_pool_t *pool, held_t *h, unsigned *nulls, rel
         int e = errno;
         if (!q) {
           expect_enomem("realloc", q, e);
-          if (rel_verify(h->p[k], h->size[k], h->tag[k]) != (size_t)-1) {
+          if (th_verify(h->p[k], h->size[k], h->tag[k]) != (size_t)-1) {
             fprintf(stderr, "FAIL block changed by a failed realloc\n");
-            rel_failures++;
+            th_failures++;
           }
           (*nulls)++;
           in_a_row++;
         } else {
-          if (rel_verify(q, h->size[k], h->tag[k]) != (size_t)-1) {
+          if (th_verify(q, h->size[k], h->tag[k]) != (size_t)-1) {
             fprintf(stderr, "FAIL realloc lost the contents\n");
-            rel_failures++;
+            th_failures++;
           }
           h->p[k] = q;
           h->size[k] = size;
-          rel_fill(q, size, h->tag[k]);
+          th_fill(q, size, h->tag[k]);
           in_a_row = 0;
         }
         continue;
       }
       default: { /* from a thread that was never used before */
-        remote_req_t rq = {pool, size = (size_t)rel_below(r, 2000), NULL, 0};
+        remote_req_t rq = {pool, size = (size_t)th_below(r, 2000), NULL, 0};
         pthread_t t;
         if (pthread_create(&t, NULL, remote_alloc, &rq) != 0) continue;
         pthread_join(t, NULL);
@@ -233,7 +235,7 @@ static void fill_until_failure(mtp_pool_t *pool, held_t *h, unsigned *nulls, rel
       (*nulls)++;
       in_a_row++;
     } else {
-      held_push(h, p, size, rel_next(r), what);
+      held_push(h, p, size, th_next(r), what);
       in_a_row = 0;
     }
   }
@@ -241,7 +243,7 @@ static void fill_until_failure(mtp_pool_t *pool, held_t *h, unsigned *nulls, rel
 
 static void run_injection(void) {
   held_t h = {0};
-  rel_rng_t r;
+  th_rng_t r;
   size_t mapped_first = 0, mapped_last = 0;
   unsigned total_nulls = 0, total_served = 0;
   static const long ns[] = {0, 1, 2, 3, 4, 5, 6, 8, 10, 13, 16, 20, 25, 32, 40};
@@ -250,7 +252,7 @@ static void run_injection(void) {
   for (int it = 0; it < n_iter; it++) {
     long n = ns[it];
     if (only && atol(only) != n) continue;
-    rel_rng_seed(&r, 0x00D, (uint64_t)n, 0);
+    th_rng_seed(&r, 0x00D, (uint64_t)n, 0);
     mtp__os_inject_failure(n);
     errno = 0;
     mtp_options_t o;
@@ -265,7 +267,7 @@ static void run_injection(void) {
     fill_until_failure(pool, &h, &nulls, &r); /* pool NULL: the default pool */
     if (pool == NULL && n >= 16) {
       fprintf(stderr, "FAIL mtp_pool_create failed with %ld maps allowed\n", n);
-      rel_failures++;
+      th_failures++;
     }
     mtp_stats_t st;
     mtp_pool_stats(pool, &st);
@@ -273,7 +275,7 @@ static void run_injection(void) {
     if (st.blocks_in_use != expect_blocks) {
       fprintf(stderr, "FAIL injection after %ld maps: blocks_in_use %zu, held %zu\n", n,
               st.blocks_in_use, expect_blocks);
-      rel_failures++;
+      th_failures++;
     }
     mtp__os_inject_failure(-1);
     /* memory works again, even before anything is freed */
@@ -281,14 +283,14 @@ static void run_injection(void) {
     if (!again || !again_l) {
       fprintf(stderr, "FAIL allocation after injection off (n=%ld): %p %p errno %d\n", n, again,
               again_l, errno);
-      rel_failures++;
+      th_failures++;
     }
     mtp_free(again);
     mtp_free(again_l);
     for (size_t k = 0; k < h.n; k++) {
-      if (rel_verify(h.p[k], h.size[k], h.tag[k]) != (size_t)-1) {
+      if (th_verify(h.p[k], h.size[k], h.tag[k]) != (size_t)-1) {
         fprintf(stderr, "FAIL block %zu corrupt after injection (n=%ld)\n", k, n);
-        rel_failures++;
+        th_failures++;
       }
       if (k & 1)
         mtp_free_sized(h.p[k], h.size[k]);
@@ -298,7 +300,7 @@ static void run_injection(void) {
     mtp_pool_stats(pool, &st);
     if (st.blocks_in_use != 0) {
       fprintf(stderr, "FAIL n=%ld: blocks_in_use %zu after freeing all\n", n, st.blocks_in_use);
-      rel_failures++;
+      th_failures++;
     }
     total_nulls += nulls;
     total_served += (unsigned)h.n;
@@ -318,12 +320,12 @@ static void run_injection(void) {
   }
   if (total_nulls == 0) {
     fprintf(stderr, "FAIL failure injection never made an allocation fail\n");
-    rel_failures++;
+    th_failures++;
   }
   if (mapped_last > mapped_first + ((size_t)16 << 20)) {
     fprintf(stderr, "FAIL default pool mapping grows across injection rounds: %zu -> %zu B\n",
             mapped_first, mapped_last);
-    rel_failures++;
+    th_failures++;
   }
   printf("injection: %u blocks served, %u allocations failed cleanly\n", total_served, total_nulls);
   free(h.p);
@@ -334,13 +336,8 @@ static void run_injection(void) {
 
 /* ---- 3. RLIMIT_AS ----------------------------------------------------------------------------- */
 static size_t vm_size(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  size_t kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmSize: %zu kB", &kb) == 1) break;
-  if (f) fclose(f);
-  return kb * 1024;
+  long kb = th_status_kb("VmSize");
+  return kb > 0 ? (size_t)kb * 1024 : 0;
 }
 
 static size_t phase(const char *name, size_t size, void **ptrs, size_t cap, int free_after) {
@@ -356,7 +353,7 @@ static size_t phase(const char *name, size_t size, void **ptrs, size_t cap, int 
   }
   if (n == cap) {
     fprintf(stderr, "FAIL %s: %zu blocks of %zu B and no ENOMEM under RLIMIT_AS\n", name, n, size);
-    rel_failures++;
+    th_failures++;
   }
   if (free_after) {
     for (size_t i = 0; i < n; i++) mtp_free(ptrs[i]);
@@ -369,11 +366,11 @@ static size_t phase(const char *name, size_t size, void **ptrs, size_t cap, int 
 }
 
 static int rlimit_child(void) {
-  rel_failures = 0;
+  th_failures = 0;
   const size_t headroom = (size_t)192 << 20;
   size_t cap = (headroom / 32) + 1000;
   void **ptrs = malloc(cap * sizeof *ptrs); /* before the limit */
-  REL_REQUIRE(ptrs, "malloc");
+  REQUIRE(ptrs, "malloc");
   memset(ptrs, 0, cap * sizeof *ptrs);
   void *warm = mtp_alloc(10);
   mtp_free(warm);
@@ -425,7 +422,7 @@ static int rlimit_child(void) {
       for (size_t i = 0; i < 1000; i++)
         if ((unsigned char)g[i] != 0x33) {
           fprintf(stderr, "FAIL realloc failure changed the block\n");
-          rel_failures++;
+          th_failures++;
           break;
         }
       break;
@@ -441,17 +438,17 @@ static int rlimit_child(void) {
   if (a2 < a1 * 8 / 10 || a3 < a1 * 8 / 10) {
     fprintf(stderr, "FAIL memory not reusable after free+trim: small phase %zu then %zu, %zu\n",
             a1, a2, a3);
-    rel_failures++;
+    th_failures++;
   }
   if (b == 0 || c == 0) {
     fprintf(stderr, "FAIL a phase got nothing: page %zu, large %zu\n", b, c);
-    rel_failures++;
+    th_failures++;
   }
   mtp_stats_t st;
   mtp_pool_stats(NULL, &st);
-  REL_CHECK(st.blocks_in_use == 0, "blocks_in_use %zu at the end", st.blocks_in_use);
+  EXPECT(st.blocks_in_use == 0, "blocks_in_use %zu at the end", st.blocks_in_use);
   free(ptrs);
-  return rel_failures ? 1 : 0;
+  return th_failures ? 1 : 0;
 }
 
 static int run_child(int (*fn)(void), const char *name) {
@@ -465,7 +462,7 @@ static int run_child(int (*fn)(void), const char *name) {
   waitpid(pid, &st, 0);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     char b[64];
-    fprintf(stderr, "FAIL %s child: %s\n", name, rel_status_str(st, b, sizeof b));
+    fprintf(stderr, "FAIL %s child: %s\n", name, th_status_str(st, b, sizeof b));
     return 1;
   }
   return 0;
@@ -473,35 +470,35 @@ static int run_child(int (*fn)(void), const char *name) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  double t0 = rel_now();
+  double t0 = th_now();
   /* before this process touches mtpool, so the child's first use is really the first */
-  rel_failures += run_child(first_use_child, "first use under injection");
+  th_failures += run_child(first_use_child, "first use under injection");
 
   errno = 0;
-  void *p = mtp_calloc(rel_opaque((size_t)1 << 40), rel_opaque((size_t)1 << 40));
-  REL_CHECK(p == NULL && errno == ENOMEM, "calloc overflow: %p errno %d", p, errno);
+  void *p = mtp_calloc(th_opaque((size_t)1 << 40), th_opaque((size_t)1 << 40));
+  EXPECT(p == NULL && errno == ENOMEM, "calloc overflow: %p errno %d", p, errno);
   errno = 0;
   p = mtp_alloc_aligned(64, 48);
-  REL_CHECK(p == NULL && errno == EINVAL, "alignment 48: %p errno %d", p, errno);
+  EXPECT(p == NULL && errno == EINVAL, "alignment 48: %p errno %d", p, errno);
   errno = 0;
-  p = mtp_alloc(rel_opaque((size_t)-1 / 2));
-  REL_CHECK(p == NULL && errno == ENOMEM, "alloc SIZE_MAX/2: %p errno %d", p, errno);
+  p = mtp_alloc(th_opaque((size_t)-1 / 2));
+  EXPECT(p == NULL && errno == ENOMEM, "alloc SIZE_MAX/2: %p errno %d", p, errno);
   errno = 0;
-  p = mtp_alloc_aligned(rel_opaque((size_t)-1 - 4096), 4096);
-  REL_CHECK(p == NULL && errno == ENOMEM, "aligned alloc near SIZE_MAX: %p errno %d", p, errno);
+  p = mtp_alloc_aligned(th_opaque((size_t)-1 - 4096), 4096);
+  EXPECT(p == NULL && errno == ENOMEM, "aligned alloc near SIZE_MAX: %p errno %d", p, errno);
   void *q = mtp_alloc(100);
   errno = 0;
-  p = mtp_realloc(q, rel_opaque((size_t)-1 - 100));
-  REL_CHECK(p == NULL && errno == ENOMEM, "realloc to SIZE_MAX-100: %p errno %d", p, errno);
+  p = mtp_realloc(q, th_opaque((size_t)-1 - 100));
+  EXPECT(p == NULL && errno == ENOMEM, "realloc to SIZE_MAX-100: %p errno %d", p, errno);
   mtp_free(q);
 
   mtp_set_error_handler(oom_error_handler, NULL);
   run_injection();
 
-  if (REL_ASAN || REL_TSAN)
+  if (TH_ASAN || TH_TSAN)
     printf("SKIP part: RLIMIT_AS under a sanitizer (its shadow memory needs the address space)\n");
   else
-    rel_failures += run_child(rlimit_child, "RLIMIT_AS");
-  printf("oom: %.1f s, %d failures\n", rel_now() - t0, rel_failures);
-  return rel_failures ? 1 : 0;
+    th_failures += run_child(rlimit_child, "RLIMIT_AS");
+  printf("oom: %.1f s, %d failures\n", th_now() - t0, th_failures);
+  return th_failures ? 1 : 0;
 }

@@ -14,7 +14,9 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 
-#include "rel_util.h"
+#include <mtpool/mtpool.h>
+
+#include "testhelper.h"
 
 #ifndef MTP_VALGRIND_EXE
 #define MTP_VALGRIND_EXE "valgrind"
@@ -42,20 +44,20 @@ static int child(const char *c) {
     char *p = mtp_alloc(64);
     memset(p, 0, 64);
     mtp_free(p);
-    g_sink = ((volatile char *)rel_opaque_ptr(p))[8];
+    g_sink = ((volatile char *)th_opaque_ptr(p))[8];
   } else if (!strcmp(c, "uaf_write")) {
     char *p = mtp_alloc(64);
     mtp_free(p);
-    ((volatile char *)rel_opaque_ptr(p))[8] = 1;
+    ((volatile char *)th_opaque_ptr(p))[8] = 1;
   } else if (!strcmp(c, "overflow")) {
     char *p = mtp_alloc(64);
     memset(p, 0, 64);
     size_t u = mtp_usable_size(p);
-    g_sink = ((volatile char *)rel_opaque_ptr(p))[u];
+    g_sink = ((volatile char *)th_opaque_ptr(p))[u];
     mtp_free(p);
   } else if (!strcmp(c, "uninit")) {
     char *p = mtp_alloc(64);
-    if (((volatile char *)rel_opaque_ptr(p))[3] == 7) printf("seven\n");
+    if (((volatile char *)th_opaque_ptr(p))[3] == 7) printf("seven\n");
     mtp_free(p);
   } else if (!strcmp(c, "clean") || !strcmp(c, "destroy")) {
     mtp_options_t o;
@@ -109,11 +111,11 @@ int main(int argc, char **argv) {
       {"destroy", {"ERROR SUMMARY: 0 errors", NULL}},
   };
   int failed = 0;
-  double t0 = rel_now();
+  double t0 = th_now();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    rel_proc_t pr;
-    int ofd = rel_tmpfile(), efd = rel_tmpfile();
-    REL_REQUIRE(ofd >= 0 && efd >= 0, "tmp");
+    th_proc_t pr;
+    int ofd = th_tmpfile(), efd = th_tmpfile();
+    REQUIRE(ofd >= 0 && efd >= 0, "tmp");
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -128,8 +130,8 @@ int main(int argc, char **argv) {
     int st = 0;
     waitpid(pid, &st, 0);
     pr.status = st;
-    pr.out = rel_slurp_fd(ofd);
-    pr.err = rel_slurp_fd(efd);
+    pr.out = th_slurp_fd(ofd);
+    pr.err = th_slurp_fd(efd);
     close(ofd);
     close(efd);
     int ok = WIFEXITED(st) && WEXITSTATUS(st) != 127;
@@ -148,12 +150,12 @@ int main(int argc, char **argv) {
     if (!ok) {
       char sb[64];
       failed++;
-      printf("  status %s\n  memcheck output:\n%.4000s\n", rel_status_str(st, sb, sizeof sb),
+      printf("  status %s\n  memcheck output:\n%.4000s\n", th_status_str(st, sb, sizeof sb),
              pr.err);
     }
-    rel_proc_free(&pr);
+    th_proc_free(&pr);
   }
   printf("valgrind: %zu cases in %.1f s, %d failed\n", sizeof cases / sizeof cases[0],
-         rel_now() - t0, failed);
+         th_now() - t0, failed);
   return failed ? 1 : 0;
 }
