@@ -1,4 +1,4 @@
-/* Instructions per allocate+free pair, counted with callgrind (scripts/fastpath_cost.sh).
+/* Instructions per allocate+free pair, counted with callgrind (tools/fastpath/cost.sh).
  * usage: c_fastpath_cost <mtpool|mtpool-sized|malloc|none> <size> <pairs> [batch]
  * "none" runs the same loop without allocating: its count is the loop's own cost.
  * batch 1: alloc, free, alloc, free...; batch B: B allocations, then B frees, repeated. */

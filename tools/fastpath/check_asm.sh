@@ -2,7 +2,7 @@
 # The fast paths take no lock and no atomic read-modify-write: the machine code of the public
 # entry points (which hold the inlined fast paths; slow paths are separate, out-of-line
 # functions) contains no lock-prefixed instruction, no xchg and no call into pthread.
-# usage: check_fastpath_asm.sh <libmtpool.a|libmtpool.so>
+# usage: tools/fastpath/check_asm.sh <libmtpool.a|libmtpool.so>   (the ctest fastpath_no_atomics)
 set -euo pipefail
 lib=$1
 status=0

@@ -1,10 +1,7 @@
 // Measurement tool (not a test): instructions per allocate+deallocate pair through
-// mtpool::allocator<int> against calling the C core directly. Run it under callgrind with two
-// counts and take the difference, which cancels start-up and the first slab's setup:
-//
-//   valgrind --tool=callgrind --callgrind-out-file=/dev/null ./fastpath_cost cxx12 1000000
-//   valgrind --tool=callgrind --callgrind-out-file=/dev/null ./fastpath_cost cxx12 2000000
-//   instructions per pair = (Ir(2000000) - Ir(1000000)) / 1000000
+// mtpool::allocator<int> against calling the C core directly. tools/fastpath/cost.sh runs it under
+// callgrind with two counts and takes the difference, which cancels start-up and the first slab's
+// setup: instructions per pair = (Ir(2N) - Ir(N)) / N.
 //
 // Modes: cxx12 / c12 (12 ints = 48 bytes), cxx1 / c1 (one int = 4 bytes); cxx = the adapter,
 // pool-cxx12 / pool-c12: the same through a pool (pool_allocator<int> against mtp_pool_alloc);
