@@ -1,34 +1,14 @@
-// Workload 1, the seed: each thread fills its own std::list of strings (push_back), copies every
-// element out, then assigns a new string to every element. Strings of 9 characters fit the
-// small-string buffer (only list nodes are allocated); strings of 40 allocate on every copy.
-// One iteration is the whole job for one thread; items are list elements.
+// Workload 1, the seed (seed_workload.h): one iteration is the whole job for one thread; items
+// are list elements.
 #include <cstdio>
 #include <cstring>
-#include <list>
 #include <memory>
 
 #include "bench_gbench.h"
+#include "seed_workload.h"
 
 namespace mtpool_bench {
 namespace {
-
-template <class F>
-void seed_job(std::size_t len, long n, unsigned tid, mem_probe *probe) {
-  using S = str_t<F>;
-  using L = std::list<S, typename F::template alloc<S>>;
-  char first[64], second[64];
-  std::memset(first, 'a' + static_cast<int>(tid % 26), sizeof first);
-  std::memset(second, 'A' + static_cast<int>(tid % 26), sizeof second);
-  L list(F::template make<S>());
-  for (long i = 0; i < n; ++i) list.push_back(S(first, len, F::template make<char>()));
-  for (const S &e : list) {
-    S copy(e, F::template make<char>());
-    benchmark::DoNotOptimize(copy.data());
-  }
-  for (S &e : list) e = S(second, len, F::template make<char>());
-  if (probe) probe->sample_peak();
-  benchmark::DoNotOptimize(list.back().data());
-}
 
 template <class F>
 void register_family(const config &cfg) {
@@ -46,8 +26,10 @@ void register_family(const config &cfg) {
                                    const auto len = static_cast<std::size_t>(st.range(0));
                                    const long n = st.range(1);
                                    probe->start(st);
+                                   mem_probe *pr = probe.get();
                                    for (auto _ : st)
-                                     seed_job<F>(len, n, static_cast<unsigned>(st.thread_index()), probe.get());
+                                     seed_job<F>(len, n, static_cast<unsigned>(st.thread_index()),
+                                                 [pr] { pr->sample_peak(); });
                                    st.SetItemsProcessed(st.iterations() * n);
                                    probe->finish(st, static_cast<double>(n) * st.threads());
                                  })

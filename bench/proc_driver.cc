@@ -38,6 +38,7 @@
 
 #include "bench_common.h"
 #include "bench_families.h"
+#include "seed_workload.h"
 
 namespace mtpool_bench {
 namespace {
@@ -97,22 +98,7 @@ json_line header(const options &o) {
 // seed
 // ---------------------------------------------------------------------------------------------
 
-template <class F>
-void seed_job(std::size_t len, long n, unsigned tid) {
-  using S = str_t<F>;
-  using L = std::list<S, typename F::template alloc<S>>;
-  char first[64], second[64];
-  std::memset(first, 'a' + static_cast<int>(tid % 26), sizeof first);
-  std::memset(second, 'A' + static_cast<int>(tid % 26), sizeof second);
-  L list(F::template make<S>());
-  for (long i = 0; i < n; ++i) list.push_back(S(first, len, F::template make<char>()));
-  for (const S &e : list) {
-    S copy(e, F::template make<char>());
-    escape(copy.data());
-  }
-  for (S &e : list) e = S(second, len, F::template make<char>());
-  escape(list.back().data());
-}
+// The job itself: seed_workload.h (shared with the Google Benchmark case).
 
 // CPU seconds (user + system) and minor page faults of the whole process so far.
 struct usage {
@@ -133,7 +119,7 @@ void run_seed(const options &o) {
   usage u0 = process_usage();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> ts;
-  for (unsigned t = 0; t < o.threads; ++t) ts.emplace_back([&, t] { seed_job<F>(o.len, n, t); });
+  for (unsigned t = 0; t < o.threads; ++t) ts.emplace_back([&, t] { seed_job<F>(o.len, n, t, [] {}); });
   for (auto &t : ts) t.join();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   usage u1 = process_usage();
