@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "testhelper.h"  // CHECK: stops the program with file and line
+
 static int template_calls = 0;
 
 template <class T>
@@ -34,14 +36,6 @@ bool operator!=(const T &, const T &) {
 struct Elem {
   int v;
 };
-
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 1;                                                                   \
-    }                                                                             \
-  } while (0)
 
 namespace {
 
