@@ -17,7 +17,7 @@ jobs=${MTPOOL_JOBS:-$(nproc)}
 
 need=()
 for pkg in cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev libbenchmark-dev valgrind \
-           pkg-config bc; do
+           pkg-config bc python3 universal-ctags; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -89,7 +89,7 @@ for stage in $stages; do
       fi
       ;;
     asan)
-      configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined"
+      configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined" -DMTPOOL_DEBUG=2
       # the header-compile checks run a compiler: nothing for a sanitizer to see there
       ASAN_OPTIONS=detect_leaks=1 run_ctest asan+ubsan "$out/asan" -E '^cxx_headers_'
       ;;
@@ -99,7 +99,7 @@ for stage in $stages; do
       ;;
     fuzz)
       (export CC=clang CXX=clang++
-       configure_build "$out/fuzz" fuzz_mtpool -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_FUZZ=ON)
+       configure_build "$out/fuzz" fuzz_mtpool -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_FUZZ=ON -DMTPOOL_DEBUG=2)
       run_ctest fuzz "$out/fuzz" -L fuzz
       ;;
     valgrind)
