@@ -110,7 +110,7 @@ MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
   /* relaxed owner: a hint (types.h); the compare is against our own token, which only this
    * thread writes there */
   if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
-                 (char *)b < mtp__slab_bump(s))) {
+                 (char *)b < mtp__slab_bump_owner(s))) {
     if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
   } else {
     mtp__heap_free_slow(s, b);

@@ -43,6 +43,16 @@ static inline bool mtp__cas_strong_acq_rel(mtpi_atomic_uptr *a, uintptr_t *expec
                                                  memory_order_relaxed);
 }
 
+/* ---- plain pointer fields that one thread writes and others read now and then: the writer
+ * stores through these, other threads load through these, and the writer itself may read the
+ * field plainly (it races with no one). ---- */
+static inline char *mtp__cptr_load_relaxed(char *const *a) {
+  return __atomic_load_n(a, __ATOMIC_RELAXED);
+}
+static inline void mtp__cptr_store_relaxed(char **a, char *v) {
+  __atomic_store_n(a, v, __ATOMIC_RELAXED);
+}
+
 /* ---- counters and flags ---- */
 static inline uint64_t mtp__u64_load_relaxed(mtpi_atomic_u64 *a) {
   return atomic_load_explicit(a, memory_order_relaxed);

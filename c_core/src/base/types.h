@@ -134,9 +134,10 @@ enum {
  * thread exit). Who may write what:
  *   free, used                 the owner thread while OWNED; while DETACHED nobody, until a
  *                              thread adopts the slab.
- *   bump                       the owner (relaxed atomic: a remote free reads it to reject a
- *                              block never handed out; the block's hand-out happened before that
- *                              free, so coherence makes the read at least as new as the carve).
+ *   bump                       the owner, by relaxed atomic store; other threads (a remote free
+ *                              rejecting a block never handed out) load it relaxed: the block's
+ *                              hand-out happened before that free, so coherence makes the load
+ *                              at least as new as the carve. The owner reads it plainly.
  *   owner                      the owning thread (relaxed atomic: other threads read it to learn
  *                              that a block is not theirs; a stale read only sends them to the
  *                              remote path, which is always correct). 0 when detached; the
@@ -167,7 +168,7 @@ typedef struct mtpi_page {
   mtpi_block_t *free;
   uint32_t used;
   uint32_t block_size;
-  mtpi_atomic_uptr bump; /* next block never handed out; == end once carved fully */
+  char *bump;            /* next block never handed out; == end once carved fully */
   uint32_t size_min;     /* smallest request that maps to this class (a sized free checks */
   uint32_t size_span;    /* size - size_min <= size_span in one compare) */
   mtpi_atomic_uptr owner;

@@ -71,7 +71,7 @@ static void *take_block(mtpi_pool_t *pool, unsigned cls) {
       }
     } else {
       b = mtp__slab_bump(s);
-      mtp__store_relaxed(&s->bump, (uintptr_t)(b + s->block_size)); /* pool lock: the owner */
+      mtp__slab_set_bump(s, b + s->block_size); /* pool lock: the owner */
       mtp__track_alloc(b, s->block_size);
     }
     bit_set(s->check_bits, (uint32_t)((b - mtp__page_start(s)) / s->block_size));

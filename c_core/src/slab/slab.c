@@ -16,7 +16,7 @@ void mtp__slab_format(mtpi_page_t *s, unsigned cls, bool checked) {
   s->used = 0;
   s->block_size = bs;
   s->capacity = (uint32_t)(span / bs);
-  mtp__store_relaxed(&s->bump, (uintptr_t)start);
+  mtp__slab_set_bump(s, start);
   s->end = start + (size_t)s->capacity * bs;
   s->size_min = cls == 0 ? 0 : mtp__class_size[cls - 1] + 1;
   s->size_span = bs - s->size_min;
@@ -49,7 +49,7 @@ bool mtp__slab_carve(mtpi_page_t *s, size_t os_page) {
   mtp__block_set_next(prev, s->free);
   s->free = head;
   /* relaxed: only the owner writes bump; a remote reader is ordered by the hand-out (types.h) */
-  mtp__store_relaxed(&s->bump, (uintptr_t)b);
+  mtp__slab_set_bump(s, b);
   return true;
 }
 
@@ -79,7 +79,7 @@ uint32_t mtp__slab_collect(mtpi_page_t *s) {
   if (n == MTP_USED(s) && s->free == NULL) {
     /* Every block handed out came back from other threads: carve the slab afresh rather than
      * walk their list, whose links are cache misses on lines the freeing threads wrote last. */
-    mtp__store_relaxed(&s->bump, (uintptr_t)mtp__page_start(s));
+    mtp__slab_set_bump(s, mtp__page_start(s));
     s->used -= n;
     mtp__slab_extend(s);
     return n;

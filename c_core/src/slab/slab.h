@@ -20,7 +20,16 @@ static inline void mtp__slab_set_heap(mtpi_page_t *s, void *h) {
   mtp__store_relaxed(&s->heap, (uintptr_t)h);
 }
 /* The bump pointer: blocks at and above it were never handed out (relaxed: see mtpi_page_t). */
-MTP_INLINE char *mtp__slab_bump(mtpi_page_t *s) { return (char *)mtp__load_relaxed(&s->bump); }
+MTP_INLINE char *mtp__slab_bump(mtpi_page_t *s) { return mtp__cptr_load_relaxed(&s->bump); }
+MTP_INLINE void mtp__slab_set_bump(mtpi_page_t *s, char *b) { mtp__cptr_store_relaxed(&s->bump, b); }
+/* The owner's read: plain, so that the free fast path compares against memory in one
+ * instruction. ThreadSanitizer builds load it atomically, since the compiler may hoist the load
+ * above the owner compare (a non-owner's speculative read, whose value is then unused). */
+#if defined(MTP_TSAN)
+#define mtp__slab_bump_owner(s) mtp__slab_bump(s)
+#else
+#define mtp__slab_bump_owner(s) ((s)->bump)
+#endif
 
 /* Owner: pop a block from the free list; NULL if the list is empty. The one pop of the core. */
 MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_page_t *s) {
