@@ -26,7 +26,7 @@ static void test_carve_page_sizes(void) {
     size_t carved = (size_t)(mtp__slab_bump(s) - start);
     CHECK(carved % 48 == 0 && carved <= os_pages[k] && carved + 48 > os_pages[k]);
     uint32_t n = 0;
-    for (mtpi_block_t *b = s->free; b; b = b->next) n++;
+    for (mtpi_block_t *b = s->free; b; b = mtp__block_next(b)) n++;
     CHECK_EQ_SZ(n, carved / 48);
     mtp__slab_validate(s);
     while (mtp__slab_carve(s, os_pages[k])) {

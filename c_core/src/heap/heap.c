@@ -153,7 +153,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
     errno = ENOMEM;
     return NULL;
   }
-  MTP_VALIDATE(mtp__heap_validate(h));
+  MTP_VALIDATE(mtp__heap_validate_class(h, cls)); /* the lists this slow path walks */
   mtpi_page_t *s;
   for (;;) {
     s = h->current[cls];
@@ -359,8 +359,12 @@ static void thread_exit(void *arg) {
 /* ---- validity (MTP_DEBUG 2) ---- */
 
 void mtp__heap_validate(mtpi_heap_t *h) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) mtp__heap_validate_class(h, c);
+}
+
+void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
   uintptr_t me = token(h);
-  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+  {
     mtpi_page_t *s = h->current[c];
     if (s != &mtp__slab_empty) {
       MTP_ASSERT(s->cls == c && (s->used & MTP_USED_CURRENT));

@@ -26,6 +26,7 @@ void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
 void mtp__heap_retire_local(mtpi_page_t *s);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
 void mtp__heap_validate(mtpi_heap_t *h);
+void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
 
 /* ---- checked.c ---- */
 void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
