@@ -78,7 +78,7 @@ for stage in $stages; do
       fi
       ;;
     asan)
-      configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined"
+      configure_build "$out/asan" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMTPOOL_SANITIZE=address;undefined" -DMTPOOL_DEBUG=2
       # the header-compile checks run a compiler: nothing for a sanitizer to see there
       ASAN_OPTIONS=detect_leaks=1 run_ctest asan+ubsan "$out/asan" -E '^cxx_headers_'
       ;;
@@ -88,7 +88,7 @@ for stage in $stages; do
       ;;
     fuzz)
       (export CC=clang CXX=clang++
-       configure_build "$out/fuzz" fuzz_mtpool -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_FUZZ=ON)
+       configure_build "$out/fuzz" fuzz_mtpool -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_FUZZ=ON -DMTPOOL_DEBUG=2)
       run_ctest fuzz "$out/fuzz" -L fuzz
       ;;
     valgrind)

@@ -4,7 +4,7 @@
 
 # Everything scripts/test.sh builds and runs (every CI stage).
 MTPOOL_TEST_PACKAGES="cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev libbenchmark-dev
-  valgrind pkg-config bc"
+  valgrind pkg-config bc python3 universal-ctags"
 # The benchmark suite and the peers it compares with (a missing peer is skipped).
 MTPOOL_BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4
   libjemalloc2 libmimalloc2.0 gnuplot-nox python3"

@@ -106,12 +106,14 @@ typedef struct mtp_stats {
   mtp_class_stats_t classes[MTP_STATS_MAX_CLASSES];
 } mtp_stats_t;
 
-/* Misuse codes passed to the error handler (errno values, so strerror() reads them). */
-#define MTP_ERR_DOUBLE_FREE 11 /* EAGAIN: the block was already free */
-#define MTP_ERR_INVALID_POINTER 14 /* EFAULT: not a block mtpool gave out, or an interior pointer */
-#define MTP_ERR_WRONG_SIZE 22 /* EINVAL: mtp_free_sized given a size the block was not made for */
-#define MTP_ERR_OVERFLOW 75 /* EOVERFLOW: (checked mode) bytes past the block's end were written */
-#define MTP_ERR_USE_AFTER_FREE 84 /* EILSEQ: (checked mode) a freed block was written to */
+/* Misuse codes passed to the error handler. They lie above every errno value, so that no code is
+ * mistaken for an errno (strerror() names them "Unknown error"; the handler's message says what
+ * happened). */
+#define MTP_ERR_DOUBLE_FREE 4001     /* the block was already free */
+#define MTP_ERR_INVALID_POINTER 4002 /* not a block mtpool handed out, or an interior pointer */
+#define MTP_ERR_WRONG_SIZE 4003      /* mtp_free_sized given a size the block was not made for */
+#define MTP_ERR_OVERFLOW 4004        /* (checked mode) bytes past the block's end were written */
+#define MTP_ERR_USE_AFTER_FREE 4005  /* (checked mode) a freed block was written to */
 
 /* Error handler: err is an MTP_ERR_* code, message says what happened, ptr is the pointer at fault.
  * Called on the thread that found the fault. If it returns, the operation is abandoned (the block
@@ -141,7 +143,9 @@ MTP_API void *mtp_calloc(size_t count, size_t size) MTP_NOEXCEPT MTP_ATTR_MALLOC
     MTP_ATTR_ALLOC_SIZE2(1, 2);
 
 /* Resize p's block (from any pool; the new block comes from the same pool). p NULL: like
- * mtp_alloc. size 0: gives a minimal block. On failure returns NULL + ENOMEM and p is untouched. */
+ * mtp_alloc. size 0: gives a minimal block. Out of memory: NULL + ENOMEM, p untouched. A pointer
+ * mtpool did not hand out is reported (MTP_ERR_INVALID_POINTER); if the handler returns,
+ * NULL + EINVAL, and p is untouched. */
 MTP_API void *mtp_realloc(void *p, size_t size) MTP_NOEXCEPT MTP_ATTR_ALLOC_SIZE(2);
 
 /* Allocate size bytes aligned to alignment (a power of two, any size). NULL + EINVAL if alignment
@@ -149,8 +153,9 @@ MTP_API void *mtp_realloc(void *p, size_t size) MTP_NOEXCEPT MTP_ATTR_ALLOC_SIZE
 MTP_API void *mtp_alloc_aligned(size_t size, size_t alignment) MTP_NOEXCEPT MTP_ATTR_MALLOC
     MTP_ATTR_ALLOC_SIZE(1);
 
-/* Free a block of any pool, from any thread. NULL is a no-op. A pointer mtpool never gave out,
- * and a double free, are reported to the error handler (see the README for which mode finds what). */
+/* Free a block of any pool, from any thread. NULL is a no-op. A pointer mtpool never gave out
+ * (including a block of a slab that was never handed out), and a double free, are reported to the
+ * error handler (see the README for which mode finds what). */
 MTP_API void mtp_free(void *p) MTP_NOEXCEPT;
 
 /* Free p, whose requested size was size (or any size up to mtp_usable_size(p)). A size the

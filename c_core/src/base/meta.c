@@ -1,22 +1,24 @@
 /* Internal records: pools, heaps, per-thread records, large-block records, checked-mode bitmaps.
  * Records of one size share a free list; memory comes from the OS in 256 KiB chunks and is never
  * unmapped, so a stale pointer to a record can always be read (the heap binding checks rely on
- * that). Calls only os.c. */
+ * that). Each chunk starts with a PROT_NONE guard page: mmap places mappings next to each other,
+ * and a user mapping (a large block) just below a chunk must not overflow into a record.
+ * Layer: base. */
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 #include "os.h"
 
 #define META_CHUNK (256 * 1024)
-#define META_CLASSES 8 /* 64 B .. 8 KiB and above: powers of two */
+#define META_CLASSES 16 /* 64 B << class: enough for every record (the thread record is 8 KiB) */
 
 typedef struct meta_free {
   struct meta_free *next;
 } meta_free_t;
 
 pthread_mutex_t mtp__meta_lock = PTHREAD_MUTEX_INITIALIZER;
-static meta_free_t *meta_lists[META_CLASSES + 8];
+static meta_free_t *meta_lists[META_CLASSES];
 static char *meta_bump, *meta_end;
 
 static unsigned meta_class(size_t size) {
@@ -31,6 +33,7 @@ static unsigned meta_class(size_t size) {
 
 void *mtp__meta_alloc(size_t size) {
   unsigned c = meta_class(size);
+  MTP_ASSERT(c < META_CLASSES);
   size_t rsize = (size_t)64 << c;
   void *p = NULL;
   pthread_mutex_lock(&mtp__meta_lock);
@@ -39,16 +42,18 @@ void *mtp__meta_alloc(size_t size) {
     meta_lists[c] = meta_lists[c]->next;
   } else {
     if (meta_bump == NULL || (size_t)(meta_end - meta_bump) < rsize) {
+      size_t guard = mtp__os_page_size();
       size_t chunk = rsize > META_CHUNK ? rsize : META_CHUNK;
-      char *m = mtp__os_map(chunk, 4096);
-      if (m == NULL) {
+      char *m = mtp__os_map(guard + chunk, guard);
+      if (m == NULL || mtp__os_guard(m, guard) != 0) {
+        if (m != NULL) mtp__os_unmap(m, guard + chunk);
         pthread_mutex_unlock(&mtp__meta_lock);
         errno = ENOMEM;
         return NULL;
       }
       /* The rest of the old chunk is left unused: records are small and few. */
-      meta_bump = m;
-      meta_end = m + chunk;
+      meta_bump = m + guard;
+      meta_end = m + guard + chunk;
     }
     p = meta_bump;
     meta_bump += rsize;

@@ -1,9 +1,10 @@
 /* Size classes: 8-byte steps to 128 B, 16-byte steps to 256 B, then four classes per doubling
  * up to 32 KiB (at most 25% rounding above 256 B, usually 12.5-20%). 24, 40, 48 and 56-byte
  * container nodes take exactly their size. A class's slab spans the fewest 64 KiB pages that hold
- * at least 8 blocks with at most 1/8 of the span left over. tests/test_size_class.c checks these
- * tables against those rules. Depends on nothing. */
-#include "internal.h"
+ * at least 8 blocks with at most 1/8 of the span left over. tests/unit/test_size_class.c checks
+ * these tables against those rules (and that a slab holds fewer than 2^14 blocks, the remote
+ * list's counter). Layer: base. */
+#include "base.h"
 
 const uint32_t mtp__class_size[MTP_NUM_CLASSES] = {
     8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104,

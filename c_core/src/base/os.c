@@ -1,36 +1,50 @@
-/* The OS layer (Linux: mmap, munmap, madvise, clock_gettime). Owns nothing else; called by
- * region.c (regions), large.c (large blocks) and meta.c (internal records). */
+/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, sysconf). Owns nothing else.
+ * Layer: base. */
 #define _GNU_SOURCE
 #include "os.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
-static _Atomic(long) inject_after = -1; /* -1: no injection */
+#include "atomic.h"
+
+static mtpi_atomic_long inject_after = -1; /* -1: no injection */
 
 void mtp__os_inject_failure(long after_n_calls) {
-  atomic_store_explicit(&inject_after, after_n_calls, memory_order_relaxed);
+  /* relaxed: a test hook; the test sets it before the calls it wants to fail */
+  mtp__long_store_relaxed(&inject_after, after_n_calls);
 }
 
 static bool inject_fails(void) {
-  long n = atomic_load_explicit(&inject_after, memory_order_relaxed);
+  long n = mtp__long_load_relaxed(&inject_after);
   while (n >= 0) {
     if (n == 0) return true;
-    if (atomic_compare_exchange_weak_explicit(&inject_after, &n, n - 1, memory_order_relaxed,
-                                              memory_order_relaxed))
-      return false;
+    if (mtp__long_cas_weak_relaxed(&inject_after, &n, n - 1)) return false; /* a counter only */
   }
   return false;
 }
 
+size_t mtp__os_page_size(void) {
+  /* relaxed: every thread computes the same value; a racing first read only calls sysconf twice */
+  static mtpi_atomic_long cached;
+  long v = mtp__long_load_relaxed(&cached);
+  if (v == 0) {
+    v = sysconf(_SC_PAGESIZE);
+    if (v <= 0) v = 4096;
+    mtp__long_store_relaxed(&cached, v);
+  }
+  return (size_t)v;
+}
+
 void *mtp__os_map(size_t size, size_t alignment) {
-  if (inject_fails()) {
+  size_t os_page = mtp__os_page_size();
+  if (inject_fails() || os_page > 65536) { /* an mtpool page must be whole OS pages */
     errno = ENOMEM;
     return NULL;
   }
-  if (alignment <= 4096) {
+  if (alignment <= os_page) {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       errno = ENOMEM;
@@ -39,7 +53,7 @@ void *mtp__os_map(size_t size, size_t alignment) {
     return p;
   }
   /* Over-map, then cut the unaligned head and the tail away. */
-  size_t total = size + alignment - 4096;
+  size_t total = size + alignment - os_page;
   if (total < size) {
     errno = ENOMEM;
     return NULL;
@@ -52,10 +66,14 @@ void *mtp__os_map(size_t size, size_t alignment) {
   uintptr_t start = ((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1);
   size_t head = start - (uintptr_t)raw;
   size_t tail = total - head - size;
-  if (head) munmap(raw, head);
-  if (tail) munmap((char *)start + size, tail);
+  /* munmap of a part of our own fresh mapping cannot fail but for a kernel out of memory for the
+   * split; the piece then stays mapped and unused (address space, no memory). */
+  if (head) (void)munmap(raw, head);
+  if (tail) (void)munmap((char *)start + size, tail);
   return (void *)start;
 }
+
+int mtp__os_guard(void *p, size_t size) { return mprotect(p, size, PROT_NONE) == 0 ? 0 : errno; }
 
 int mtp__os_populate(void *p, size_t size) {
 #ifndef MADV_POPULATE_WRITE
@@ -63,11 +81,11 @@ int mtp__os_populate(void *p, size_t size) {
 #endif
   /* Set once, by whichever thread first sees EINVAL; relaxed: a thread that reads it stale only
    * makes one more madvise call that fails the same way. */
-  static _Atomic(int) unsupported;
-  if (atomic_load_explicit(&unsupported, memory_order_relaxed)) return ENOTSUP;
+  static mtpi_atomic_int unsupported;
+  if (mtp__int_load_relaxed(&unsupported)) return ENOTSUP;
   if (madvise(p, size, MADV_POPULATE_WRITE) == 0) return 0;
   int e = errno;
-  if (e == EINVAL) atomic_store_explicit(&unsupported, 1, memory_order_relaxed);
+  if (e == EINVAL) mtp__int_store_relaxed(&unsupported, 1);
   return e;
 }
 
@@ -79,6 +97,6 @@ int mtp__os_purge(void *p, size_t size) {
 
 uint64_t mtp__os_now_ms(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0; /* cannot fail for CLOCK_MONOTONIC */
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }

@@ -1,5 +1,6 @@
-/* Size classes: the tables follow the documented rules (steps, alignment, slab spans). */
-#include "internal.h"
+/* Unit test of the base layer's size classes: the tables follow the documented rules (steps,
+ * alignment, slab spans), and every slab's capacity fits the remote list's block counter. */
+#include "base/base.h"
 #include "testhelper.h"
 
 static void test_steps(void) {
@@ -48,7 +49,10 @@ static void test_spans(void) {
     size_t cap = span / mtp__class_size[c];
     CHECK(cap >= 8);
     CHECK((span - cap * mtp__class_size[c]) * 8 <= span);
-    CHECK(cap < (1u << 15)); /* fits the remote-list counter */
+    /* the remote list word counts blocks in MTP_TF_COUNT_BITS (14) bits; every block of a slab
+     * can be on that list at once */
+    CHECK(cap < (1u << MTP_TF_COUNT_BITS));
+    CHECK_EQ_SZ(MTP_TF_COUNT((uintptr_t)cap << MTP_TF_COUNT_SHIFT | MTP_TF_OWNED | MTP_TF_LISTED), cap);
   }
 }
 

@@ -2,11 +2,12 @@
  * Free blocks and never-handed-out slab memory are poisoned (ASan) or inaccessible (memcheck), so
  * a user's use after free or overflow into a neighbour is reported by the tool. The core reads and
  * writes a free block's `next` word only through mtp__block_next / mtp__block_set_next, and looks
- * into a free block only between mtp__track_peek and mtp__track_unpeek. */
+ * into a free block only between mtp__track_peek and mtp__track_unpeek. A leaf: it annotates and
+ * calls nothing of the allocator. Layer: base. */
 #ifndef MTP_TRACK_H
 #define MTP_TRACK_H
 
-#include "internal.h"
+#include "types.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MTP_ASAN 1
@@ -26,7 +27,6 @@
 #define mtp__track_defined(p, n) ((void)(p), (void)(n))
 #define mtp__track_peek(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_unpeek(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #define mtp__track_free(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #elif defined(MTP_VALGRIND) && MTP_VALGRIND
@@ -40,8 +40,6 @@
 #define mtp__track_unpeek(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
 #define mtp__track_alloc(p, n) VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, 0)
 #define mtp__track_free(p, n) VALGRIND_FREELIKE_BLOCK((p), 0)
-/* destroying a pool frees its blocks for memcheck too (region.c) */
-#define mtp__track_pool_destroy(pool) mtp__region_forget_blocks(pool)
 #define MTP_TRACK_VALGRIND 1
 #else
 #define MTP_NEXT_FN MTP_INLINE
@@ -51,15 +49,14 @@
 #define mtp__track_defined(p, n) ((void)(p), (void)(n))
 #define mtp__track_peek(p, n) ((void)(p), (void)(n))
 #define mtp__track_unpeek(p, n) ((void)(p), (void)(n))
-#define mtp__track_pool_destroy(pool) ((void)(pool))
 #define mtp__track_alloc(p, n) ((void)(p), (void)(n))
 #define mtp__track_free(p, n) ((void)(p), (void)(n))
 #endif
 
-MTP_NO_ASAN MTP_NEXT_FN mtp_block_t *mtp__block_next(mtp_block_t *b) {
+MTP_NO_ASAN MTP_NEXT_FN mtpi_block_t *mtp__block_next(mtpi_block_t *b) {
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_DEFINED(b, sizeof(*b));
-  mtp_block_t *n = b->next;
+  mtpi_block_t *n = b->next;
   VALGRIND_MAKE_MEM_NOACCESS(b, sizeof(*b));
   return n;
 #else
@@ -67,7 +64,7 @@ MTP_NO_ASAN MTP_NEXT_FN mtp_block_t *mtp__block_next(mtp_block_t *b) {
 #endif
 }
 
-MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtp_block_t *b, mtp_block_t *n) {
+MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtpi_block_t *b, mtpi_block_t *n) {
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_UNDEFINED(b, sizeof(*b));
   b->next = n;
@@ -75,19 +72,6 @@ MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtp_block_t *b, mtp_block_t *n)
 #else
   b->next = n;
 #endif
-}
-
-/* The owner frees b into its slab: the fast path's push (alloc.c) and the slow paths' (heap.c).
- * The one check it affords is the block freed last into this slab being freed again. */
-MTP_INLINE void mtp__slab_free_local(mtp_slab_t *s, mtp_block_t *b) {
-  if (MTP_UNLIKELY(b == s->free)) {
-    mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
-    return;
-  }
-  mtp__block_set_next(b, s->free);
-  mtp__track_free(b, s->block_size);
-  s->free = b;
-  if (MTP_UNLIKELY(--s->used == 0)) mtp__heap_retire_local(s);
 }
 
 #endif

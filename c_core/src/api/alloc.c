@@ -8,18 +8,19 @@
  *
  *   mtp_free(p)
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
- *     slab = descriptor of p's page; slab->owner == this thread? push on slab->free, --used
+ *     slab = descriptor of p's page; slab->owner == this thread and p below the slab's bump
+ *     pointer? push on slab->free, --used
  *     else mtp__heap_free_slow          (heap.c: remote CAS push, detached slabs, misuse)
  *
- * Fast paths take no lock and no atomic read-modify-write; their only checks are the ones that
- * cost nothing extra (the chunk map, the owner compare, a block freed twice in a row, and for a
- * sized free the class compare). Checked mode and bad input go down the slow paths.
+ * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
+ * chunk map, the owner compare, the bump compare that rejects a block never handed out, a block
+ * freed twice in a row, and for a sized free the class compare). Checked mode and bad input go
+ * down the slow paths. Layer: api (the top; calls every layer below).
  */
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
-#include "track.h"
+#include "heap/heap.h"
 
 const char *mtp_version(void) {
 #define MTP_STR2(x) #x
@@ -30,14 +31,11 @@ const char *mtp_version(void) {
 
 /* ---- allocation ---- */
 
-MTP_INLINE void *heap_alloc_fast(mtp_heap_t *h, size_t size) {
-  mtp_slab_t *s = h->current[mtp__class_direct[(size + 7) >> 3]];
-  mtp_block_t *b = s->free;
+MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, size_t size) {
+  mtpi_page_t *s = h->current[mtp__class_direct[(size + 7) >> 3]];
+  mtpi_block_t *b = mtp__slab_pop(s);
   if (MTP_UNLIKELY(b == NULL)) return NULL;
-  s->free = mtp__block_next(b);
-  s->used++;
-  h->allocs++;
-  mtp__track_alloc(b, s->block_size);
+  h->m.allocs++;
   return b;
 }
 
@@ -50,18 +48,18 @@ void *mtp_alloc(size_t size) {
 }
 
 void *mtp_pool_alloc(mtp_pool_t *pool_, size_t size) {
-  mtp_pool_internal_t *pool = mtp__pool_in(pool_);
+  mtpi_pool_t *pool = mtp__pool_in(pool_);
   if (pool == NULL) return mtp_alloc(size);
-  mtp_heap_t *h = mtp__tl_thread->heaps[pool->id];
+  mtpi_heap_t *h = mtp__tl_thread->heaps[pool->id];
   if (MTP_LIKELY(h != NULL && size <= MTP_DIRECT_MAX) &&
-      MTP_LIKELY((mtp_pool_internal_t *)mtp__load_relaxed(&h->pool) == pool)) {
+      MTP_LIKELY(mtp__member_pool(&h->m) == pool)) {
     void *p = heap_alloc_fast(h, size);
     if (MTP_LIKELY(p != NULL)) return p;
   }
   return mtp__heap_alloc_slow(pool, size);
 }
 
-static void *alloc_aligned(mtp_pool_internal_t *pool, size_t size, size_t alignment) {
+static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     errno = EINVAL;
     return NULL;
@@ -102,21 +100,34 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
 }
 
+/* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
+ * sends a block never handed out to the slow path, which reports it: pushing it would let the
+ * free list and the carving hand it out twice. An interior pointer into a handed-out block is
+ * not caught here (that takes a division, or a multiply by a per-class reciprocal: about four
+ * more instructions); the slow paths and checked mode catch it. */
+MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
+  mtpi_block_t *b = (mtpi_block_t *)p;
+  /* relaxed owner: a hint (types.h); the compare is against our own token, which only this
+   * thread writes there */
+  if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
+                 (char *)b < mtp__slab_bump_owner(s))) {
+    if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
+  } else {
+    mtp__heap_free_slow(s, b);
+  }
+}
+
 void mtp_free(void *p) {
   uintptr_t u = (uintptr_t)p;
   if (MTP_UNLIKELY(!mtp__is_region_ptr(u))) {
     free_not_region(p, 0, false);
     return;
   }
-  mtp_slab_t *s = mtp__page_desc(u);
-  if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread))
-    mtp__slab_free_local(s, (mtp_block_t *)p);
-  else
-    mtp__heap_free_slow(s, (mtp_block_t *)p);
+  free_fast(mtp__page_desc(u), p);
 }
 
-static MTP_NOINLINE void free_sized_slow(mtp_slab_t *s, void *p, size_t size) {
-  mtp_slab_t *h = s->kind == MTP_PAGE_TAIL ? s - s->head_delta : s;
+static MTP_NOINLINE void free_sized_slow(mtpi_page_t *s, void *p, size_t size) {
+  mtpi_page_t *h = mtp__page_head(s);
   if (h->kind == MTP_PAGE_SLAB) {
     if (h->checked) {
       mtp__checked_free(h, p, size, true);
@@ -132,7 +143,7 @@ static MTP_NOINLINE void free_sized_slow(mtp_slab_t *s, void *p, size_t size) {
       return;
     }
   }
-  mtp__heap_free_slow(s, (mtp_block_t *)p);
+  mtp__heap_free_slow(s, (mtpi_block_t *)p);
 }
 
 void mtp_free_sized(void *p, size_t size) {
@@ -141,10 +152,9 @@ void mtp_free_sized(void *p, size_t size) {
     free_not_region(p, size, true);
     return;
   }
-  mtp_slab_t *s = mtp__page_desc(u);
-  if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
-                 size - s->size_min <= s->size_span)) /* size maps to this block's class */
-    mtp__slab_free_local(s, (mtp_block_t *)p);
+  mtpi_page_t *s = mtp__page_desc(u);
+  if (MTP_LIKELY(size - s->size_min <= s->size_span)) /* size maps to this block's class */
+    free_fast(s, p);
   else
     free_sized_slow(s, p, size);
 }
@@ -153,17 +163,17 @@ void mtp_free_sized(void *p, size_t size) {
 
 /* Finds p's block: false if p is not the start of a block mtpool handed out (as far as can be
  * told without checked mode). */
-static bool lookup(const void *p, size_t *usable_out, mtp_pool_internal_t **pool_out,
-                   mtp_slab_t **slab_out) {
+static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
+                   mtpi_page_t **slab_out) {
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
-    mtp_slab_t *s = mtp__page_desc(u);
-    if (s->kind == MTP_PAGE_TAIL) s -= s->head_delta;
+    mtpi_page_t *s = mtp__slab_of(u);
     if (s->kind != MTP_PAGE_SLAB ||
-        (size_t)((const char *)p - mtp__slab_start(s)) % s->block_size != 0)
+        (size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
+        (const char *)p >= mtp__slab_bump(s))
       return false;
     *usable_out = s->checked ? mtp__checked_usable(s, p) : s->block_size;
-    if (pool_out) *pool_out = mtp__slab_pool(s);
+    if (pool_out) *pool_out = mtp__pool_of_page(s);
     if (slab_out) *slab_out = s;
     return true;
   }
@@ -179,7 +189,7 @@ size_t mtp_usable_size(const void *p) {
 }
 
 mtp_pool_t *mtp_pool_of(const void *p) {
-  mtp_pool_internal_t *pool = NULL;
+  mtpi_pool_t *pool = NULL;
   size_t n;
   if (p == NULL || !lookup(p, &n, &pool, NULL)) return NULL;
   return mtp__pool_out(pool);
@@ -187,8 +197,8 @@ mtp_pool_t *mtp_pool_of(const void *p) {
 
 void *mtp_realloc(void *p, size_t size) {
   if (p == NULL) return mtp_alloc(size);
-  mtp_pool_internal_t *pool = NULL;
-  mtp_slab_t *s = NULL;
+  mtpi_pool_t *pool = NULL;
+  mtpi_page_t *s = NULL;
   size_t old = 0;
   if (!lookup(p, &old, &pool, &s)) {
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (realloc)", p);

@@ -1,8 +1,8 @@
 /* Options: defaults, validation, and the MTPOOL_<FIELD> environment variables the default pool
- * reads once at its creation. Depends on nothing. */
+ * reads once at its creation. Layer: base. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "base.h"
 
 void mtp_options_init(mtp_options_t *opt) {
   if (opt == NULL) return;

@@ -2,15 +2,15 @@
  * The fast path keeps only plain per-slab and per-heap counters; reading those from here races
  * with their owners by design (see MTP_NO_TSAN): figures are exact once threads are quiet.
  * Reports are formatted into a stack buffer and written with fputs: nothing here allocates from
- * mtpool. Calls pool and region structures under their locks. */
+ * mtpool, and nothing is written while a lock is held. Layer: api. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
 
-MTP_NO_TSAN static size_t slab_in_use(mtp_slab_t *s) {
+MTP_NO_TSAN static size_t slab_in_use(mtpi_page_t *s) {
   uintptr_t w = mtp__load_relaxed(&s->thread_free);
   uint32_t pending = MTP_TF_COUNT(w);
   uint32_t base = (w & MTP_TF_OWNED) ? (*(volatile uint32_t *)&s->used & ~MTP_USED_CURRENT)
@@ -19,7 +19,7 @@ MTP_NO_TSAN static size_t slab_in_use(mtp_slab_t *s) {
 }
 
 /* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot. */
-MTP_NO_TSAN static void slab_account(mtp_slab_t *s, mtp_stats_t *out) {
+MTP_NO_TSAN static void slab_account(mtpi_page_t *s, mtp_stats_t *out) {
   if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB) return;
   unsigned cls = s->cls;
   if (cls >= MTP_NUM_CLASSES) return;
@@ -34,30 +34,32 @@ MTP_NO_TSAN static void slab_account(mtp_slab_t *s, mtp_stats_t *out) {
   out->bytes_in_use += n * s->block_size;
 }
 
-MTP_NO_TSAN static uint64_t heap_allocs(mtp_heap_t *h) { return *(volatile uint64_t *)&h->allocs; }
-MTP_NO_TSAN static uint64_t heap_remote(mtp_heap_t *h) {
-  return *(volatile uint64_t *)&h->remote_collected;
+MTP_NO_TSAN static uint64_t heap_allocs(mtpi_member_t *m) { return *(volatile uint64_t *)&m->allocs; }
+MTP_NO_TSAN static uint64_t heap_remote(mtpi_member_t *m) {
+  return *(volatile uint64_t *)&m->remote_collected;
 }
 
-void mtp__stats_collect(mtp_pool_internal_t *p, mtp_stats_t *out) {
+static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   memset(out, 0, sizeof(*out));
   memcpy(out->name, p->name, sizeof(out->name));
   out->num_classes = MTP_NUM_CLASSES;
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) out->classes[c].block_size = mtp__class_size[c];
   uint64_t allocs, remote;
   mtp__pool_lock(p);
-  for (mtp_region_t *r = p->regions; r; r = r->h.next) {
-    for (unsigned i = MTP_REGION_HEADER_PAGES; i < MTP_PAGES_PER_REGION; i++)
-      slab_account(&r->slabs[i], out);
+  for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
+       r = mtp__region_from_node(r->h.link.next)) {
+    for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
+      slab_account(&r->pages[i], out);
   }
   allocs = p->dead_allocs + p->checked_allocs;
   remote = p->dead_remote;
-  for (mtp_heap_t *h = p->heaps; h; h = h->pool_next) {
-    allocs += heap_allocs(h);
-    remote += heap_remote(h);
+  for (mtpi_node_t *it = p->members; it; it = it->next) {
+    mtpi_member_t *m = MTP_CONTAINER(it, mtpi_member_t, link);
+    allocs += heap_allocs(m);
+    remote += heap_remote(m);
   }
-  out->bytes_mapped = p->mapped_bytes;
-  out->bytes_reserved = p->mapped_bytes - p->clean_bytes;
+  out->bytes_mapped = p->rs.mapped_bytes;
+  out->bytes_reserved = p->rs.mapped_bytes - p->rs.clean_bytes;
   mtp__pool_unlock(p);
   pthread_mutex_lock(&mtp__large_lock);
   out->large_blocks = p->large_count;
@@ -72,12 +74,12 @@ void mtp__stats_collect(mtp_pool_internal_t *p, mtp_stats_t *out) {
   out->allocs = allocs;
   out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;
   out->remote_frees += remote;
-  out->bytes_returned = __atomic_load_n(&p->bytes_returned, __ATOMIC_RELAXED);
+  out->bytes_returned = mtp__u64_load_relaxed(&p->bytes_returned); /* relaxed: a statistic */
 }
 
 int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) {
   if (out == NULL) return EINVAL;
-  mtp__stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), out);
+  stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), out);
   return 0;
 }
 
@@ -134,8 +136,8 @@ int mtp_print_stats(FILE *out) {
   for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
     mtp_stats_t st;
     pthread_mutex_lock(&mtp__registry_lock);
-    mtp_pool_internal_t *p = mtp__pool_by_id(id);
-    if (p) mtp__stats_collect(p, &st);
+    mtpi_pool_t *p = mtp__pool_by_id(id);
+    if (p) stats_collect(p, &st);
     pthread_mutex_unlock(&mtp__registry_lock);
     if (!p) continue;
     rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", st.name, st.blocks_in_use,

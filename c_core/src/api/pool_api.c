@@ -1,0 +1,29 @@
+/* Public entry points for pools: the default pool, create, destroy, trim, name. Checked pools
+ * are scanned for late writes into freed blocks before their memory goes. Layer: api. */
+#include "heap/heap.h"
+
+mtp_pool_t *mtp_default_pool(void) { return mtp__pool_out(mtp__default()); }
+
+mtp_pool_t *mtp_pool_create(const mtp_options_t *opt) {
+  mtp__default(); /* the registry's fork handlers are installed with it */
+  return mtp__pool_out(mtp__pool_new(opt, false));
+}
+
+void mtp_pool_destroy(mtp_pool_t *pool_) {
+  mtpi_pool_t *p = mtp__pool_in(pool_);
+  if (p == NULL || mtp__is_default(p)) return;
+  mtp__checked_scan(p);
+  mtp__pool_free(p);
+}
+
+const char *mtp_pool_name(const mtp_pool_t *pool) {
+  const mtpi_pool_t *p = (const mtpi_pool_t *)pool;
+  if (p == NULL) p = mtp__default();
+  return p->name;
+}
+
+size_t mtp_pool_trim(mtp_pool_t *pool_) {
+  mtpi_pool_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
+  mtp__checked_scan(p);
+  return mtp__pool_trim(p);
+}

@@ -1,0 +1,36 @@
+/* The base layer's functions: size classes, internal records, options, misuse reports. The OS
+ * calls are in os.h; atomics, lists, asserts and tool annotations in their own headers.
+ * Layer: base (depends on nothing above). */
+#ifndef MTP_BASE_H
+#define MTP_BASE_H
+
+#include "debug.h"
+#include "types.h"
+
+#pragma GCC visibility push(hidden)
+
+/* ---- size classes (size_class.c) ---- */
+extern const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1]; /* [(size+7)>>3] -> class */
+extern const uint32_t mtp__class_size[MTP_NUM_CLASSES];
+extern const uint8_t mtp__class_pages[MTP_NUM_CLASSES]; /* slab span in pages */
+unsigned mtp__class_of(size_t size);                    /* size <= MTP_MAX_SMALL */
+/* Smallest class >= size whose blocks are all aligned to alignment; MTP_NUM_CLASSES if none. */
+unsigned mtp__class_aligned(size_t size, size_t alignment);
+
+/* ---- internal records (meta.c): zeroed, never unmapped; NULL + ENOMEM on OOM. Each chunk of
+ * records is preceded by a PROT_NONE guard page, so no user mapping just below can overflow
+ * into a record. ---- */
+void *mtp__meta_alloc(size_t size);
+void mtp__meta_free(void *p, size_t size);
+extern pthread_mutex_t mtp__meta_lock;
+
+/* ---- options (options.c) ---- */
+void mtp__options_from_env(mtp_options_t *opt);
+void mtp__options_sanitize(mtp_options_t *opt);
+
+/* ---- misuse reports (error.c): to the handler, or stderr + abort ---- */
+void mtp__error(int err, const char *what, const void *p);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,39 @@
+/* The OS layer: the only code that maps, unmaps, protects or advises memory, and reads the clock.
+ * Every function returns 0 or an errno value, or NULL with errno set; none allocates.
+ * Layer: base. */
+#ifndef MTP_OS_H
+#define MTP_OS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#pragma GCC visibility push(hidden)
+
+/* The OS page size (sysconf(_SC_PAGESIZE), read once): 4 KiB on x86-64, 4, 16 or 64 KiB on
+ * aarch64. mtpool pages (64 KiB) are a whole number of OS pages; larger OS pages are refused at
+ * the first map (ENOMEM). */
+size_t mtp__os_page_size(void);
+/* Map size bytes (a multiple of the OS page) aligned to alignment (a power of two; at least the
+ * OS page is always given), readable and writable, zero-filled. NULL + errno ENOMEM if the OS
+ * refuses. */
+void *mtp__os_map(size_t size, size_t alignment);
+/* Make [p, p+size) inaccessible (a guard). pre: OS-page-aligned, mapped by mtp__os_map. */
+int mtp__os_guard(void *p, size_t size);
+/* Fault [p, p+size) in now, in one call, instead of one page fault per OS page later.
+ * Returns ENOTSUP where the kernel lacks MADV_POPULATE_WRITE (before Linux 5.14). */
+int mtp__os_populate(void *p, size_t size);
+/* pre: [p, p+size) was mapped by mtp__os_map (whole or a page-aligned part). */
+int mtp__os_unmap(void *p, size_t size);
+/* Give the pages back to the OS; they read as zero when touched again. pre: page-aligned. */
+int mtp__os_purge(void *p, size_t size);
+/* Milliseconds from a monotonic clock. */
+uint64_t mtp__os_now_ms(void);
+
+/* Test hook: after `after_n_calls` more successful maps, every map fails with ENOMEM; -1 turns the
+ * injection off. */
+void mtp__os_inject_failure(long after_n_calls);
+
+#pragma GCC visibility pop
+
+#endif

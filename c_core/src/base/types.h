@@ -1,0 +1,304 @@
+/* The core's data: every internal type, its invariants, and who may write each field.
+ *
+ * Layers, bottom up (each file includes and names only its own layer and those below; the order is
+ * checked by tools/check_layers.py from c_core/src/layers.txt):
+ *   base/    this header, atomics, tool annotations, lists, asserts, size classes, OS, internal
+ *            records (meta), options, errors
+ *   region/  4 MiB regions of 64 KiB pages, page descriptors, the chunk map, purging
+ *   slab/    one slab's state machine: carving, local and remote free lists, detach, adopt
+ *   pool/    pool-wide state: registry, lists of detached slabs, release, empty-slab caches, the
+ *            purge thread, fork handlers; large blocks
+ *   heap/    per-thread heaps (slow paths, thread exit); checked mode
+ *   api/     public entry points and their inline fast paths; statistics
+ * A lower layer that has news for an upper one (a slab became empty, pages became free) returns
+ * it; the caller acts. Types are all defined here, in base, so that a layer can name a record it
+ * is handed; which layer may WRITE which field is stated at each field.
+ *
+ * Internal types are named mtpi_*; functions and globals mtp__*; the public API mtp_*. */
+#ifndef MTP_TYPES_H
+#define MTP_TYPES_H
+
+#include "mtpool/mtpool.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atomic.h"
+#include "list.h"
+
+/* Everything internal is hidden, so that even a position-independent build reaches the chunk map,
+ * the class table and the thread-locals directly rather than through the GOT. */
+#pragma GCC visibility push(hidden)
+
+/* ------------------------------------------------------------------------------------------------
+ * Compiler helpers
+ * ----------------------------------------------------------------------------------------------*/
+#define MTP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MTP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define MTP_NOINLINE __attribute__((noinline))
+#define MTP_INLINE static inline __attribute__((always_inline))
+#define MTP_TLS __thread __attribute__((tls_model("initial-exec")))
+#define MTP_CACHE_LINE 64
+#define MTP_CONTAINER(ptr, type, field) ((type *)(void *)((char *)(ptr)-offsetof(type, field)))
+
+#if defined(__SANITIZE_THREAD__)
+#define MTP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MTP_TSAN 1
+#endif
+#endif
+/* Statistics read counters that their owner threads write without atomics (exact once threads are
+ * quiet). That read is a deliberate, benign race; it is kept out of ThreadSanitizer's view. */
+#if defined(MTP_TSAN)
+#define MTP_NO_TSAN __attribute__((no_sanitize("thread")))
+#else
+#define MTP_NO_TSAN
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Build-time geometry
+ * ----------------------------------------------------------------------------------------------*/
+#define MTP_REGION_SHIFT 22 /* 4 MiB regions, aligned to their size: found by masking */
+#define MTP_REGION_SIZE ((size_t)1 << MTP_REGION_SHIFT)
+/* 64 KiB pages: the unit of slabs and of purging. A page's 128-byte descriptor then costs 0.2% of
+ * the memory it describes. 64 KiB is also the largest OS page supported (aarch64 64 KiB kernels):
+ * an mtpool page is always a whole number of OS pages. */
+#define MTP_PAGE_SHIFT 16
+#define MTP_PAGE_SIZE ((size_t)1 << MTP_PAGE_SHIFT)
+#define MTP_PAGES_PER_REGION (MTP_REGION_SIZE / MTP_PAGE_SIZE)
+#define MTP_MAX_SMALL 32768  /* largest size class; above it blocks are mapped one each */
+#define MTP_DIRECT_MAX 1024  /* sizes up to here find their class with one table load */
+#define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
+#define MTP_VA_BITS 48       /* user addresses handed out by mmap stay below 2^48 */
+#define MTP_CHUNKMAP_SIZE ((size_t)1 << (MTP_VA_BITS - MTP_REGION_SHIFT))
+#define MTP_NUM_CLASSES 52
+
+/* ------------------------------------------------------------------------------------------------
+ * Blocks and page descriptors
+ * ----------------------------------------------------------------------------------------------*/
+typedef struct mtpi_block {
+  struct mtpi_block *next;
+} mtpi_block_t;
+
+typedef struct mtpi_heap mtpi_heap_t;
+typedef struct mtpi_thread mtpi_thread_t;
+typedef struct mtpi_region mtpi_region_t;
+typedef struct mtp_pool mtpi_pool_t; /* the public opaque type's definition (pool layer) */
+
+/* What a page descriptor describes (written by the region layer under the pool lock). */
+enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3 };
+/* Which list a slab's `link` is on (written by whoever owns that list). */
+enum {
+  MTP_LIST_NONE = 0,
+  MTP_LIST_HEAP_PARTIAL,
+  MTP_LIST_HEAP_FULL,
+  MTP_LIST_POOL_PARTIAL,
+  MTP_LIST_HEAP_CACHE
+};
+
+/* Low bits of an owned slab's `owner` word beside the thread token (a pointer, 8-aligned): the
+ * free fast path compares the whole word, so a marked slab always takes the slow path. */
+#define MTP_OWNER_CACHED 1 /* empty, in the heap's cache: a free into it is a double free */
+#define MTP_OWNER_FULL 2   /* exhausted, on the heap's full list: a free moves it to partial */
+/* Exhausted slabs a heap keeps owned per size class before it detaches the oldest. */
+#define MTP_FULL_PER_CLASS 2
+
+/* The remote free list word (thread_free): bits 0..47 the list head, bits 48..61 the number of
+ * blocks on the list (14 bits: a slab holds fewer than 2^14 blocks, checked in size_class.c),
+ * bit 62 LISTED (detached and on the pool's partial list: set and cleared under the pool lock),
+ * bit 63 OWNED. */
+#define MTP_TF_PTR_MASK (((uintptr_t)1 << MTP_VA_BITS) - 1)
+#define MTP_TF_COUNT_SHIFT MTP_VA_BITS
+#define MTP_TF_COUNT_BITS 14
+#define MTP_TF_COUNT_ONE ((uintptr_t)1 << MTP_TF_COUNT_SHIFT)
+#define MTP_TF_LISTED ((uintptr_t)1 << 62)
+#define MTP_TF_OWNED ((uintptr_t)1 << 63)
+#define MTP_TF_FLAGS (MTP_TF_OWNED | MTP_TF_LISTED)
+#define MTP_TF_COUNT(w) ((uint32_t)(((w) & ~MTP_TF_FLAGS) >> MTP_TF_COUNT_SHIFT))
+#define MTP_TF_PTR(w) ((mtpi_block_t *)((w) & MTP_TF_PTR_MASK))
+
+/* While a slab is its heap's current slab, `used` carries this bias, so that the free fast path's
+ * `--used == 0` (slab empty: retire it) never fires for the slab being allocated from. */
+#define MTP_USED_CURRENT ((uint32_t)1 << 31)
+#define MTP_USED(s) ((s)->used & ~MTP_USED_CURRENT)
+
+/* The page descriptor: one per 64 KiB page of a region, out of band in the region header. A slab
+ * spans `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
+ * (head_delta leads back to the first). A FREE page's descriptor keeps only free_time_ms.
+ *
+ * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
+ * owning thread's token) or DETACHED (no owner: full when its owner moved on, or abandoned at
+ * thread exit). Who may write what:
+ *   free, used                 the owner thread while OWNED; while DETACHED nobody, until a
+ *                              thread adopts the slab.
+ *   bump                       the owner, by relaxed atomic store; other threads (a remote free
+ *                              rejecting a block never handed out) load it relaxed: the block's
+ *                              hand-out happened before that free, so coherence makes the load
+ *                              at least as new as the carve. The owner reads it plainly.
+ *   owner                      the owning thread (relaxed atomic: other threads read it to learn
+ *                              that a block is not theirs; a stale read only sends them to the
+ *                              remote path, which is always correct). 0 when detached; the
+ *                              thread's token | MTP_OWNER_FULL or | MTP_OWNER_CACHED while the
+ *                              slab sits on its heap's full list or cache.
+ *   heap                       the heap that owns it or owned it last (relaxed atomic, opaque to
+ *                              the layers below heap/; heap records are type-stable).
+ *   thread_free                any thread, by CAS (release on push, so the pushed block's `next`
+ *                              is visible to the thread that takes the list with acquire).
+ *   detached_used              the detaching thread, before the CAS that clears OWNED (release);
+ *                              read by remote freers after their CAS (acquire): constant while
+ *                              DETACHED.
+ *   link, list                 the owner (heap lists, cache) or the pool lock (pool list).
+ *   cls, block_size, end,      set when the slab is formatted, before it is handed to any thread;
+ *   size_min, size_span,       constant until it is released.
+ *   pages, kind, capacity
+ * Counting identities (MTP_USED strips the current-slab bias from used):
+ *   OWNED:    blocks in use = MTP_USED - TF_COUNT(thread_free);
+ *             MTP_USED + |free| + (end - bump) / block_size == capacity
+ *   DETACHED: blocks in use = detached_used - TF_COUNT(thread_free)
+ * A detached slab whose count reaches detached_used is entirely free: the thread whose CAS got it
+ * there (exactly one) releases it under the pool lock, unless a thread adopted it first.
+ * Adoption (DETACHED -> OWNED) is one CAS on thread_free. A slab on the pool's partial list
+ * carries LISTED and is adopted only under the pool lock (which owns the list); an unlisted one
+ * may be taken back by the heap that detached it without the lock. */
+typedef struct mtpi_page {
+  /* first cache line: the owner's */
+  mtpi_block_t *free;
+  uint32_t used;
+  uint32_t block_size;
+  char *bump;            /* next block never handed out; == end once carved fully */
+  uint32_t size_min;     /* smallest request that maps to this class (a sized free checks */
+  uint32_t size_span;    /* size - size_min <= size_span in one compare) */
+  mtpi_atomic_uptr owner;
+  mtpi_atomic_uptr heap;
+  mtpi_node_t link;
+  /* second cache line: shared */
+  mtpi_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
+  uint32_t detached_used;
+  uint32_t capacity;
+  char *end;
+  uint16_t cls;
+  uint8_t pages;
+  uint8_t kind;
+  uint8_t list;
+  uint8_t checked;
+  uint16_t head_delta;   /* TAIL: index distance back to the SLAB descriptor */
+  uint64_t free_time_ms; /* FREE page: when it became free; cached slab: when it was cached */
+  uint8_t *check_bits;   /* checked mode: allocation bitmap (one bit per block) */
+} mtpi_page_t;
+
+_Static_assert(sizeof(mtpi_page_t) == 2 * MTP_CACHE_LINE, "page descriptor is two cache lines");
+
+/* ------------------------------------------------------------------------------------------------
+ * Regions (region layer; every field under the owning pool's lock)
+ * ----------------------------------------------------------------------------------------------*/
+/* The region layer's state inside a pool: its regions and page accounting. */
+typedef struct mtpi_rset {
+  mtpi_node_t *regions;  /* regions with free pages first, full ones at the back */
+  size_t mapped_bytes;
+  size_t clean_bytes;    /* mapped pages known not resident: never used, or purged */
+  unsigned fresh_streak; /* spans taken from never-touched pages in a row */
+  void *populate_at;     /* a range to fault in outside the lock (see region.h) */
+  size_t populate_len;
+  bool populate_dirtied; /* that range left free pages resident: a purge will be due */
+} mtpi_rset_t;
+
+typedef struct mtpi_region_hdr {
+  mtpi_rset_t *set; /* the set (pool) that owns the region */
+  mtpi_node_t link; /* the set's region list */
+  uint64_t free_mask[MTP_PAGES_PER_REGION / 64];  /* 1: page free */
+  uint64_t dirty_mask[MTP_PAGES_PER_REGION / 64]; /* 1: free page that may be resident */
+  uint32_t free_pages;
+} mtpi_region_hdr_t;
+
+/* A region: a guard page (PROT_NONE, so that a mapping just below cannot overflow into the
+ * descriptors), the header and the descriptors, then the pages handed out. */
+struct mtpi_region {
+  char guard[MTP_PAGE_SIZE];
+  mtpi_region_hdr_t h;
+  mtpi_page_t pages[MTP_PAGES_PER_REGION] __attribute__((aligned(MTP_CACHE_LINE)));
+};
+
+#define MTP_REGION_HEADER_PAGES ((sizeof(mtpi_region_t) + MTP_PAGE_SIZE - 1) / MTP_PAGE_SIZE)
+
+/* ------------------------------------------------------------------------------------------------
+ * A heap's membership in its pool (pool layer)
+ * ----------------------------------------------------------------------------------------------*/
+/* The part of a heap that the pool layer reads and writes: the binding, the list of the pool's
+ * heaps, the empty-slab cache (which trim and the purge thread drain) and the counters. */
+typedef struct mtpi_member {
+  mtpi_node_t link;        /* the pool's member list (pool lock) */
+  mtpi_atomic_uptr pool;   /* mtpi_pool_t*, 0 once the pool is destroyed (relaxed: see heap.c) */
+  mtpi_atomic_int cache_lock;
+  mtpi_node_t *cache;      /* empty slabs kept for reuse (cache_lock) */
+  size_t cache_bytes;      /* (cache_lock) */
+  uint64_t allocs;         /* cumulative small allocations (the owner; read racily by stats) */
+  uint64_t remote_collected; /* cumulative blocks freed by other threads (the owner) */
+} mtpi_member_t;
+
+/* ------------------------------------------------------------------------------------------------
+ * Heaps and threads (heap layer)
+ * ----------------------------------------------------------------------------------------------*/
+/* A heap is one thread's cache of one pool: it owns the slabs it allocates from. Fields are the
+ * owner thread's, except the membership (see mtpi_member_t). Heap records are type-stable: never
+ * unmapped, so a stale pointer to one can still be read safely. */
+struct mtpi_heap {
+  mtpi_page_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
+  mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current */
+  mtpi_node_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
+  uint8_t full_count[MTP_NUM_CLASSES];
+  mtpi_thread_t *thread;                 /* owner */
+  mtpi_member_t m;
+  mtpi_heap_t *free_next;                /* meta free list */
+};
+
+/* Per-thread record; its address is the thread's ownership token. */
+struct mtpi_thread {
+  mtpi_heap_t *heaps[MTP_MAX_POOLS];
+};
+
+/* ------------------------------------------------------------------------------------------------
+ * Large blocks (pool layer, large.c; every field under the large lock)
+ * ----------------------------------------------------------------------------------------------*/
+typedef struct mtpi_large {
+  void *ptr;  /* what the user holds */
+  void *map;  /* the mapping */
+  size_t map_size;
+  size_t size; /* requested */
+  mtpi_pool_t *pool;
+  struct mtpi_large *hash_next;
+  mtpi_node_t link; /* the pool's large list */
+} mtpi_large_t;
+
+/* ------------------------------------------------------------------------------------------------
+ * Pools (pool layer)
+ * ----------------------------------------------------------------------------------------------*/
+struct mtp_pool {
+  uint32_t id;
+  char name[48];
+  long purge_delay_ms;
+  size_t thread_cache_bytes;
+  int check;
+  pthread_mutex_t lock;
+  /* under lock */
+  mtpi_rset_t rs;
+  mtpi_node_t *partial[MTP_NUM_CLASSES]; /* detached slabs worth adopting */
+  mtpi_node_t *members;                  /* live heaps (their mtpi_member_t) */
+  mtpi_page_t *checked_current[MTP_NUM_CLASSES];
+  uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
+  uint64_t checked_allocs;
+  bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
+  mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
+  /* large blocks: under the large lock */
+  mtpi_node_t *large;
+  size_t large_count, large_bytes;
+  uint64_t large_allocs;
+  /* registry (registry lock) */
+  mtpi_node_t reg_link;
+};
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,392 @@
+/* Heaps: each thread's cache of one pool. A heap owns the slab it allocates from per size class
+ * (current), slabs it got back by freeing into them (partial), a few exhausted ones (full), and
+ * keeps a few empty slabs for reuse (its cache, kept by the pool layer). Here live the allocation
+ * slow path, the free slow path (remote frees, frees into slabs that are not owned), thread
+ * initialisation and thread exit. Layer: heap. */
+#include "heap.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "base/os.h"
+
+mtpi_page_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER};
+mtpi_heap_t mtp__heap_empty = {.current = {[0 ... MTP_NUM_CLASSES - 1] = &mtp__slab_empty}};
+mtpi_thread_t mtp__thread_empty;
+MTP_TLS mtpi_heap_t *mtp__tl_default_heap = &mtp__heap_empty;
+MTP_TLS mtpi_thread_t *mtp__tl_thread = &mtp__thread_empty;
+
+/* ---- threads ---- */
+
+/* The thread-exit key. Created once; deleted when the library is unloaded (dlclose of a library
+ * that carries mtpool) or at exit, so that a thread outliving the code never calls into it. */
+enum { KEY_NONE, KEY_OK, KEY_FAILED, KEY_DELETED };
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static int key_state; /* written in the once and by the destructor (no thread runs mtpool then) */
+
+static void thread_exit(void *arg);
+static void make_key(void) {
+  key_state = pthread_key_create(&thread_key, thread_exit) == 0 ? KEY_OK : KEY_FAILED;
+}
+
+__attribute__((destructor)) static void delete_key(void) {
+  if (key_state == KEY_OK && pthread_key_delete(thread_key) == 0) key_state = KEY_DELETED;
+}
+
+static mtpi_thread_t *thread_get(void) {
+  mtpi_thread_t *t = mtp__tl_thread;
+  if (MTP_LIKELY(t != &mtp__thread_empty)) return t;
+  pthread_once(&thread_key_once, make_key); /* pthread_key_create does not allocate */
+  if (key_state == KEY_FAILED) { /* no key left: this thread's memory could not be given back */
+    errno = ENOMEM;
+    return NULL;
+  }
+  t = mtp__meta_alloc(sizeof(mtpi_thread_t));
+  if (t == NULL) return NULL;
+  /* Set before pthread_setspecific, which may allocate (keys >= 32 get a second-level array):
+   * a malloc routed into mtpool from there finds this record instead of making another. */
+  mtp__tl_thread = t;
+  /* Registering again after thread_exit ran (a later key destructor allocated) re-arms the key:
+   * the C library calls thread_exit once more, up to PTHREAD_DESTRUCTOR_ITERATIONS rounds.
+   * After unload or exit began (KEY_DELETED) the record is served unregistered. */
+  if (key_state == KEY_OK && pthread_setspecific(thread_key, t) != 0) {
+    mtp_thread_flush(); /* heaps a re-entrant allocation made */
+    mtp__tl_thread = &mtp__thread_empty;
+    mtp__meta_free(t, sizeof(*t));
+    errno = ENOMEM;
+    return NULL;
+  }
+  return t;
+}
+
+/* ---- heap binding ---- */
+
+static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
+  mtpi_thread_t *t = thread_get();
+  if (t == NULL) return NULL;
+  mtpi_heap_t *h = t->heaps[pool->id];
+  if (h != NULL && mtp__member_pool(&h->m) == pool) return h;
+  if (h != NULL) { /* its pool was destroyed: the record is ours alone now */
+    t->heaps[pool->id] = NULL;
+    mtp__meta_free(h, sizeof(*h));
+  }
+  h = mtp__meta_alloc(sizeof(*h));
+  if (h == NULL) return NULL;
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) h->current[c] = &mtp__slab_empty;
+  h->thread = t;
+  mtp__pool_join(pool, &h->m);
+  t->heaps[pool->id] = h;
+  if (pool->id == 0) mtp__tl_default_heap = h;
+  return h;
+}
+
+static uintptr_t token(mtpi_heap_t *h) { return (uintptr_t)h->thread; }
+static mtpi_page_t *page_of(mtpi_node_t *n) { return n ? MTP_CONTAINER(n, mtpi_page_t, link) : NULL; }
+
+/* The heap's own lists (partial, full): only the owner touches them. */
+static void hlist_push(mtpi_node_t **head, mtpi_page_t *s, uint8_t list) {
+  s->list = list;
+  mtp__list_push(head, &s->link);
+}
+static void hlist_remove(mtpi_node_t **head, mtpi_page_t *s) {
+  mtp__list_remove(head, &s->link);
+  s->list = MTP_LIST_NONE;
+}
+static void partial_push(mtpi_heap_t *h, mtpi_page_t *s) {
+  hlist_push(&h->partial[s->cls], s, MTP_LIST_HEAP_PARTIAL);
+}
+static void partial_remove(mtpi_heap_t *h, mtpi_page_t *s) { hlist_remove(&h->partial[s->cls], s); }
+
+static void full_remove(mtpi_heap_t *h, mtpi_page_t *s) {
+  hlist_remove(&h->full[s->cls], s);
+  h->full_count[s->cls]--;
+  mtp__store_relaxed(&s->owner, token(h)); /* relaxed: a hint to other threads (types.h) */
+}
+
+/* The current slab is exhausted: keep it on the full list, where a free from this thread finds it
+ * again cheaply; past MTP_FULL_PER_CLASS, let the oldest go (detach it), so other threads' frees
+ * can return it to the pool once it is empty even if this thread never comes back. */
+static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
+  unsigned cls = s->cls;
+  s->used &= ~MTP_USED_CURRENT;
+  mtp__store_relaxed(&s->owner, token(h) | MTP_OWNER_FULL); /* relaxed: a hint */
+  hlist_push(&h->full[cls], s, MTP_LIST_HEAP_FULL);
+  if (++h->full_count[cls] <= MTP_FULL_PER_CLASS) return;
+  mtpi_page_t *old = page_of(mtp__list_last(h->full[cls]));
+  full_remove(h, old);
+  uint32_t n;
+  if (!mtp__slab_detach(old, token(h), &n)) { /* remote frees arrived: it has room again */
+    h->m.remote_collected += n;
+    partial_push(h, old);
+  }
+}
+
+/* Whether an exhausted slab's remote list is worth taking now: half of the blocks handed out have
+ * come back. A shorter list is not: walking it is a cache miss per block, on lines the freeing
+ * threads wrote last. An exhausted slab has handed out every block (8 at least, the smallest
+ * capacity), so the bar is never 0: a slab judged worth it yields blocks, and the slow path's
+ * loop always moves on. */
+static bool worth_collecting(mtpi_page_t *s) {
+  /* relaxed: a heuristic; the exchange in collect reads the list with acquire */
+  return MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) >= MTP_USED(s) / 2;
+}
+
+/* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages. */
+static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls) {
+  mtpi_page_t *s = mtp__cache_take(&h->m, mtp__class_pages[cls]);
+  if (s != NULL) {
+    mtp__slab_format(s, cls, false);
+    mtp__slab_set_heap(s, h);
+    mtp__store_relaxed(&s->owner, token(h)); /* relaxed: the cache was ours alone */
+    return s;
+  }
+  uint32_t n;
+  s = mtp__pool_slab_get(pool, cls, h, token(h), &n);
+  h->m.remote_collected += n;
+  return s;
+}
+
+MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
+  mtpi_heap_t *h = heap_get(pool);
+  if (h == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  MTP_VALIDATE(mtp__heap_validate_class(h, cls)); /* the lists this slow path walks */
+  mtpi_page_t *s;
+  for (;;) {
+    s = h->current[cls];
+    if (s != &mtp__slab_empty) {
+      if (s->free != NULL) break;
+      if (mtp__slab_extend(s)) break;
+      if (worth_collecting(s)) {
+        uint32_t n = mtp__slab_collect(s);
+        if (n) {
+          h->m.remote_collected += n;
+          break;
+        }
+      }
+      slab_to_full(h, s);
+      h->current[cls] = &mtp__slab_empty;
+    }
+    s = page_of(h->partial[cls]);
+    if (s == NULL) { /* a full slab that other threads freed a good share of */
+      for (s = page_of(h->full[cls]); s && !worth_collecting(s);) s = page_of(s->link.next);
+      if (s) full_remove(h, s);
+    } else {
+      partial_remove(h, s);
+    }
+    if (s != NULL) {
+      /* With local free blocks, its remote list waits until they run out: taking it now means
+       * walking it to its tail to append. */
+      if (s->free == NULL) h->m.remote_collected += mtp__slab_collect(s);
+    } else {
+      s = slab_acquire(pool, h, cls);
+      if (s == NULL) {
+        errno = ENOMEM;
+        return NULL;
+      }
+    }
+    s->used |= MTP_USED_CURRENT;
+    h->current[cls] = s;
+  }
+  mtpi_block_t *b = mtp__slab_pop(s);
+  MTP_ASSERT(b != NULL);
+  h->m.allocs++;
+  return b;
+}
+
+MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
+  if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
+  if (MTP_UNLIKELY(size > MTP_MAX_SMALL)) return mtp__large_alloc(pool, size, 0);
+  return mtp__heap_alloc_class(pool, mtp__class_of(size));
+}
+
+/* ---- free ---- */
+
+MTP_NOINLINE void mtp__heap_retire_local(mtpi_page_t *s) {
+  mtpi_heap_t *h = mtp__slab_heap(s);
+  if (h->current[s->cls] == s) return;
+  if (s->list == MTP_LIST_HEAP_PARTIAL) partial_remove(h, s);
+  /* Cached slabs keep an odd token: a free into one by this thread is a double free. */
+  mtp__store_relaxed(&s->owner, token(h) | MTP_OWNER_CACHED); /* relaxed: a hint */
+  mtp__cache_put_or_release(mtp__pool_of_page(s), &h->m, s);
+}
+
+/* Free b into s when this thread owns it (the slow paths' push). */
+static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
+  if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
+}
+
+MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
+  mtpi_page_t *s = mtp__page_head(d);
+  if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {
+    mtp__error(s->kind == MTP_PAGE_FREE ? MTP_ERR_DOUBLE_FREE : MTP_ERR_INVALID_POINTER,
+               s->kind == MTP_PAGE_FREE ? "double free (block's slab is already free)"
+                                        : "invalid pointer (region metadata)",
+               b);
+    return;
+  }
+  if (s->checked) {
+    mtp__checked_free(s, b, 0, false);
+    return;
+  }
+  size_t off = (size_t)((char *)b - mtp__page_start(s));
+  if (MTP_UNLIKELY(off % s->block_size != 0)) {
+    mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not the start of a block)", b);
+    return;
+  }
+  /* Blocks at and above the bump pointer were never handed out: pushing one would hand it out
+   * twice (once by the free list, once by carving). */
+  if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(s))) {
+    mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (a block never handed out)", b);
+    return;
+  }
+  mtpi_thread_t *me = mtp__tl_thread;
+  uintptr_t owner = mtp__load_relaxed(&s->owner); /* relaxed: a hint; see types.h */
+  if (owner == (uintptr_t)me) { /* a tail page of our own slab */
+    free_local(s, b);
+    return;
+  }
+  if (owner == ((uintptr_t)me | MTP_OWNER_FULL)) { /* one of our exhausted slabs has room again */
+    mtpi_heap_t *h = mtp__slab_heap(s);
+    full_remove(h, s);
+    partial_push(h, s);
+    free_local(s, b);
+    return;
+  }
+  if (owner == ((uintptr_t)me | MTP_OWNER_CACHED)) {
+    mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block's slab is empty)", b);
+    return;
+  }
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  if (owner == 0 && me != &mtp__thread_empty) {
+    /* A slab we gave up when it was full: take it back, so our frees into it stay local. */
+    mtpi_heap_t *h = me->heaps[pool->id];
+    if (h != NULL && h == mtp__slab_heap(s) && mtp__member_pool(&h->m) == pool) {
+      /* Not on the pool's list: one CAS takes it back. Listed: the list's lock is needed. */
+      uint32_t n;
+      bool adopted = mtp__slab_adopt(s, h, token(h), false, &n);
+      /* acquire: pairs with the CAS that cleared OWNED, before we read the slab's fields */
+      if (!adopted && !(mtp__load_acquire(&s->thread_free) & MTP_TF_OWNED))
+        adopted = mtp__pool_adopt(pool, s, h, token(h), &n);
+      if (adopted) {
+        h->m.remote_collected += n;
+        if (h->current[s->cls] != s) partial_push(h, s);
+        free_local(s, b);
+        return;
+      }
+    }
+  }
+  mtp__track_free(b, s->block_size);
+  if (mtp__slab_free_remote(s, b) == MTP_REMOTE_NEWS) mtp__pool_detached_news(pool, s);
+}
+
+/* ---- thread exit and flush ---- */
+
+/* Pool lock held. Give one owned slab back: release it if empty, else detach it for adoption. */
+static void abandon_slab(mtpi_pool_t *pool, mtpi_heap_t *h, mtpi_page_t *s, uint64_t now) {
+  for (;;) {
+    h->m.remote_collected += mtp__slab_collect(s);
+    if (s->used == 0) {
+      mtp__pool_release_locked(pool, s, now);
+      return;
+    }
+    uint32_t n;
+    if (mtp__slab_detach(s, token(h), &n)) break;
+    h->m.remote_collected += n;
+  }
+  /* Detached with blocks in use; any free room makes it worth adopting. Should a remote free be
+   * emptying it right now, that thread waits for our lock and then releases it. */
+  if (s->used < s->capacity || s->free != NULL) mtp__pool_list_detached_locked(pool, s);
+}
+
+/* Registry lock held: give every slab of h back to its pool. Returns whether a purge became due
+ * (the caller wakes the purger once it holds no lock). */
+static bool heap_abandon(mtpi_heap_t *h) {
+  mtpi_pool_t *pool = mtp__member_pool(&h->m);
+  if (pool == NULL) return false; /* destroyed: its memory is gone already */
+  MTP_VALIDATE(mtp__heap_validate(h));
+  uint64_t now = mtp__os_now_ms();
+  mtp__pool_lock(pool);
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    mtpi_page_t *s = h->current[c];
+    h->current[c] = &mtp__slab_empty;
+    if (s != &mtp__slab_empty) {
+      s->used &= ~MTP_USED_CURRENT;
+      abandon_slab(pool, h, s, now);
+    }
+    while ((s = page_of(h->partial[c])) != NULL) {
+      partial_remove(h, s);
+      abandon_slab(pool, h, s, now);
+    }
+    while ((s = page_of(h->full[c])) != NULL) {
+      full_remove(h, s);
+      abandon_slab(pool, h, s, now);
+    }
+  }
+  mtp__cache_drain_locked(pool, &h->m, UINT64_MAX, now);
+  mtp__pool_leave_locked(pool, &h->m);
+  return mtp__pool_unlock_defer(pool);
+}
+
+void mtp_thread_flush(void) {
+  mtpi_thread_t *t = mtp__tl_thread;
+  if (t == &mtp__thread_empty) return;
+  mtp__tl_default_heap = &mtp__heap_empty;
+  bool wake = false;
+  pthread_mutex_lock(&mtp__registry_lock);
+  for (unsigned i = 0; i < MTP_MAX_POOLS; i++) {
+    mtpi_heap_t *h = t->heaps[i];
+    if (h == NULL) continue;
+    wake |= heap_abandon(h);
+    t->heaps[i] = NULL;
+    mtp__meta_free(h, sizeof(*h));
+  }
+  pthread_mutex_unlock(&mtp__registry_lock);
+  if (wake) mtp__purger_wake(); /* no lock held: it may create the purge thread */
+}
+
+static void thread_exit(void *arg) {
+  mtpi_thread_t *t = arg;
+  if (t == NULL || t != mtp__tl_thread) return;
+  mtp_thread_flush();
+  mtp__tl_thread = &mtp__thread_empty;
+  mtp__meta_free(t, sizeof(*t));
+}
+
+/* ---- validity (MTP_DEBUG 2) ---- */
+
+void mtp__heap_validate(mtpi_heap_t *h) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) mtp__heap_validate_class(h, c);
+}
+
+void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
+  uintptr_t me = token(h);
+  {
+    mtpi_page_t *s = h->current[c];
+    if (s != &mtp__slab_empty) {
+      MTP_ASSERT(s->cls == c && (s->used & MTP_USED_CURRENT));
+      MTP_ASSERT(mtp__load_relaxed(&s->owner) == me && mtp__slab_heap(s) == h);
+      mtp__slab_validate(s);
+    }
+    unsigned n = 0;
+    for (mtpi_node_t *it = h->partial[c]; it; it = it->next) {
+      s = page_of(it);
+      MTP_ASSERT(s->cls == c && s->list == MTP_LIST_HEAP_PARTIAL && !(s->used & MTP_USED_CURRENT));
+      MTP_ASSERT(mtp__load_relaxed(&s->owner) == me && mtp__slab_heap(s) == h);
+      MTP_ASSERT(it->next == NULL || it->next->prev == it);
+      mtp__slab_validate(s);
+    }
+    for (mtpi_node_t *it = h->full[c]; it; it = it->next) {
+      s = page_of(it);
+      MTP_ASSERT(s->cls == c && s->list == MTP_LIST_HEAP_FULL);
+      MTP_ASSERT(mtp__load_relaxed(&s->owner) == (me | MTP_OWNER_FULL));
+      MTP_ASSERT(it->next == NULL || it->next->prev == it);
+      mtp__slab_validate(s);
+      n++;
+    }
+    MTP_ASSERT(n == h->full_count[c] && n <= MTP_FULL_PER_CLASS);
+  }
+}

@@ -1,0 +1,40 @@
+/* The heap layer: per-thread heaps (each thread's cache of one pool: the allocation and free slow
+ * paths, thread initialisation and exit) and checked mode (a pool whose every operation runs
+ * under its lock, validated). Layer: heap (above pool). */
+#ifndef MTP_HEAP_H
+#define MTP_HEAP_H
+
+#include "pool/pool.h"
+
+#pragma GCC visibility push(hidden)
+
+/* The thread that has not allocated yet sees these: every current slab has an empty free list, so
+ * the first allocation falls into the slow path with no extra test on the fast path. */
+extern mtpi_heap_t mtp__heap_empty;
+extern mtpi_page_t mtp__slab_empty;
+extern mtpi_thread_t mtp__thread_empty;
+extern MTP_TLS mtpi_heap_t *mtp__tl_default_heap;
+extern MTP_TLS mtpi_thread_t *mtp__tl_thread;
+
+/* ---- heap.c ---- */
+void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
+void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
+/* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
+ * are not owned, misuse. */
+void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
+/* The owner freed the last block of s (mtp__slab_push_local returned true). */
+void mtp__heap_retire_local(mtpi_page_t *s);
+/* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
+void mtp__heap_validate(mtpi_heap_t *h);
+void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
+
+/* ---- checked.c ---- */
+void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
+void mtp__checked_free(mtpi_page_t *s, void *p, size_t size, bool sized);
+size_t mtp__checked_usable(mtpi_page_t *s, const void *p);
+/* Report the first freed block of a checked pool that was written to (trim, destroy). */
+void mtp__checked_scan(mtpi_pool_t *pool);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,500 @@
+/* Pools: the registry of live pools and their ids, pool creation and destruction, the lists of
+ * detached slabs and their adoption, releasing empty slabs, the heaps' empty-slab caches,
+ * trimming, the purge thread that returns empty pages after the pool's delay, and the fork
+ * handlers. A pool's lock guards its region set, its lists of detached slabs and its member list;
+ * the registry lock guards the pool list and the binding of heaps to pools. Layer: pool. */
+#include "pool.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/os.h"
+
+pthread_mutex_t mtp__registry_lock = PTHREAD_MUTEX_INITIALIZER;
+mtpi_node_t *mtp__pools;
+mtpi_atomic_uptr mtp__default_pool_ptr;
+static mtpi_pool_t *pool_ids[MTP_MAX_POOLS];
+static uint32_t pools_created;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+void mtp__pool_lock(mtpi_pool_t *p) { pthread_mutex_lock(&p->lock); }
+
+bool mtp__pool_unlock_defer(mtpi_pool_t *p) {
+  bool due = p->purge_due;
+  p->purge_due = false;
+  pthread_mutex_unlock(&p->lock);
+  return due;
+}
+
+void mtp__pool_unlock(mtpi_pool_t *p) {
+  if (mtp__pool_unlock_defer(p)) mtp__purger_wake();
+}
+
+mtpi_pool_t *mtp__pool_by_id(uint32_t id) { return id < MTP_MAX_POOLS ? pool_ids[id] : NULL; }
+
+static mtpi_page_t *page_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_page_t, link); }
+static mtpi_member_t *member_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_member_t, link); }
+
+/* Pool lock held: pages were freed; have them purged in time (the unlock wakes the purger). */
+static void note_free_pages(mtpi_pool_t *p) {
+  if (p->purge_delay_ms > 0) p->purge_due = true;
+}
+
+/* ---- members and their caches ---- */
+
+void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
+  mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
+  mtp__pool_lock(p);
+  mtp__list_push(&p->members, &m->link);
+  mtp__pool_unlock(p);
+}
+
+void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m) {
+  p->dead_allocs += m->allocs;
+  p->dead_remote += m->remote_collected;
+  mtp__list_remove(&p->members, &m->link);
+  mtp__store_relaxed(&m->pool, 0);
+}
+
+/* cache_lock: the owner, and trim or the purge thread (which hold the pool lock) */
+static void cache_lock(mtpi_member_t *m) {
+  int expect = 0;
+  /* acquire: the previous holder's list writes (released by cache_unlock) */
+  while (!mtp__int_cas_weak_acquire(&m->cache_lock, &expect, 1)) expect = 0;
+}
+static void cache_unlock(mtpi_member_t *m) { mtp__int_store_release(&m->cache_lock, 0); }
+
+mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned pages) {
+  cache_lock(m);
+  mtpi_node_t *n = m->cache;
+  while (n != NULL && page_of(n)->pages != pages) n = n->next;
+  if (n) {
+    mtp__list_remove(&m->cache, n);
+    m->cache_bytes -= (size_t)pages << MTP_PAGE_SHIFT;
+  }
+  cache_unlock(m);
+  return n ? page_of(n) : NULL;
+}
+
+void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s) {
+  size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
+  uint64_t now = mtp__os_now_ms();
+  s->list = MTP_LIST_HEAP_CACHE;
+  s->free_time_ms = now;
+  cache_lock(m);
+  bool cached = p->purge_delay_ms != 0 && m->cache_bytes + bytes <= p->thread_cache_bytes;
+  if (cached) {
+    mtp__list_push(&m->cache, &s->link);
+    m->cache_bytes += bytes;
+  }
+  cache_unlock(m);
+  if (cached) {
+    if (p->purge_delay_ms > 0) mtp__purger_wake(); /* no lock held */
+    return;
+  }
+  mtp__pool_lock(p);
+  mtp__pool_release_locked(p, s, now);
+  mtp__pool_unlock(p);
+}
+
+size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_than_ms,
+                               uint64_t now_ms) {
+  size_t n = 0;
+  cache_lock(m);
+  mtpi_node_t *next;
+  for (mtpi_node_t *it = m->cache; it != NULL; it = next) {
+    next = it->next;
+    mtpi_page_t *s = page_of(it);
+    if (s->free_time_ms > older_than_ms) continue;
+    mtp__list_remove(&m->cache, it);
+    size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
+    m->cache_bytes -= bytes;
+    n += bytes;
+    mtp__region_free_span(&p->rs, s, now_ms);
+  }
+  cache_unlock(m);
+  if (n) note_free_pages(p);
+  return n;
+}
+
+static bool cache_any(mtpi_member_t *m) {
+  cache_lock(m);
+  bool any = m->cache != NULL;
+  cache_unlock(m);
+  return any;
+}
+
+/* ---- slabs ---- */
+
+void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
+  if (s->check_bits) {
+    mtp__meta_free(s->check_bits, (s->capacity + 7) / 8);
+    s->check_bits = NULL;
+  }
+  mtp__region_free_span(&p->rs, s, now_ms);
+  if (p->purge_delay_ms == 0)
+    mtp__u64_add_relaxed(&p->bytes_returned, mtp__region_purge(&p->rs, now_ms, 0, false));
+  else
+    note_free_pages(p);
+}
+
+mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages);
+  void *fault_at;
+  size_t fault_len;
+  if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
+  if (s == NULL) errno = ENOMEM;
+  return s;
+}
+
+static void partial_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
+  mtp__list_remove(&p->partial[s->cls], &s->link);
+  s->list = MTP_LIST_NONE;
+}
+
+void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s) {
+  if (!mtp__slab_mark_listed(s)) return; /* adopted meanwhile, or listed already */
+  s->list = MTP_LIST_POOL_PARTIAL;
+  mtp__list_push(&p->partial[s->cls], &s->link);
+}
+
+mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, uintptr_t owner_token,
+                                uint32_t *collected) {
+  mtpi_page_t *s;
+  *collected = 0;
+  mtp__pool_lock(p);
+  MTP_VALIDATE(mtp__region_validate(&p->rs));
+  mtpi_node_t *n;
+  while ((n = p->partial[cls]) != NULL) {
+    s = page_of(n);
+    partial_remove_locked(p, s);
+    if (mtp__slab_adopt(s, heap, owner_token, true, collected)) {
+      mtp__pool_unlock(p);
+      return s;
+    }
+  }
+  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls]);
+  if (s != NULL) {
+    mtp__slab_format(s, cls, false);
+    mtp__slab_set_heap(s, heap);
+    mtp__store_relaxed(&s->owner, owner_token); /* relaxed: published by the unlock below */
+  }
+  void *fault_at;
+  size_t fault_len;
+  if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
+  mtp__pool_unlock(p);
+  /* A failed fault-in costs only the faults it would have saved. */
+  if (fault_len) (void)mtp__os_populate(fault_at, fault_len);
+  if (s == NULL) errno = ENOMEM;
+  return s;
+}
+
+bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
+                     uint32_t *collected) {
+  mtp__pool_lock(p);
+  bool listed = s->list == MTP_LIST_POOL_PARTIAL;
+  bool adopted = mtp__slab_adopt(s, heap, owner_token, true, collected);
+  if (adopted && listed) partial_remove_locked(p, s);
+  mtp__pool_unlock(p);
+  return adopted;
+}
+
+void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s) {
+  mtp__pool_lock(p);
+  /* Adoption (which sets OWNED) of a slab that a remote free may release happens only under this
+   * lock: if the word is still detached, the slab's fields are stable while we hold it.
+   * acquire: the detacher's detached_used and the pushers' links. */
+  uintptr_t now = mtp__load_acquire(&s->thread_free);
+  if (!(now & MTP_TF_OWNED) && s->kind == MTP_PAGE_SLAB) {
+    if (MTP_TF_COUNT(now) == s->detached_used) {
+      if (now & MTP_TF_LISTED) partial_remove_locked(p, s);
+      p->dead_remote += MTP_TF_COUNT(now);
+      mtp__pool_release_locked(p, s, mtp__os_now_ms());
+    } else {
+      mtp__pool_list_detached_locked(p, s);
+    }
+  }
+  mtp__pool_unlock(p);
+}
+
+/* ---- the purge thread ---- */
+
+static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
+static bool purger_started, purger_work, purger_stop, purger_joinable; /* purger_lock */
+static pthread_t purger_tid;                                          /* purger_lock */
+/* 1: nothing scheduled, a wake is needed. seq_cst: the purger's store of 1 before it scans and
+ * a freer's CAS 1 -> 0 after it freed must not both miss each other's effects (a store-load
+ * pattern across two variables: pages and this flag). */
+static mtpi_atomic_int purger_idle = 1;
+
+/* Pool lock held (and the registry lock, by every caller). */
+static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending) {
+  size_t n = 0;
+  uint64_t cutoff = force ? UINT64_MAX
+                    : (p->purge_delay_ms < 0 || (uint64_t)p->purge_delay_ms > now)
+                        ? 0
+                        : now - (uint64_t)p->purge_delay_ms;
+  if (force || p->purge_delay_ms >= 0)
+    for (mtpi_node_t *it = p->members; it; it = it->next)
+      mtp__cache_drain_locked(p, member_of(it), cutoff, now);
+  n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
+  mtp__u64_add_relaxed(&p->bytes_returned, n);
+  if (pending) {
+    bool left = mtp__region_dirty_left(&p->rs);
+    for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_any(member_of(it));
+    *pending = *pending || (left && p->purge_delay_ms >= 0);
+  }
+  MTP_VALIDATE(mtp__region_validate(&p->rs));
+  return n;
+}
+
+/* Sleep ms on the purger's condition (purger_lock held); a stop request cuts it short. */
+static void purger_sleep(long ms) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return;
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  while (!purger_stop && pthread_cond_timedwait(&purger_cond, &purger_lock, &ts) == 0) {
+  }
+}
+
+static void *purger_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&purger_lock);
+  while (!purger_stop) {
+    if (!purger_work) {
+      pthread_cond_wait(&purger_cond, &purger_lock);
+      continue;
+    }
+    purger_work = false;
+    bool pending = true;
+    while (pending && !purger_stop) {
+      /* Sleep a quarter of the shortest delay among pools with work, then purge what is due. */
+      long delay = 1000;
+      pthread_mutex_unlock(&purger_lock);
+      pthread_mutex_lock(&mtp__registry_lock);
+      for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
+        mtpi_pool_t *p = mtp__pool_from_reg(it);
+        if (p->purge_delay_ms > 0 && p->purge_delay_ms < delay) delay = p->purge_delay_ms;
+      }
+      pthread_mutex_unlock(&mtp__registry_lock);
+      pthread_mutex_lock(&purger_lock);
+      purger_sleep(delay / 4 + 1);
+      if (purger_stop) break;
+      pthread_mutex_unlock(&purger_lock);
+      pending = false;
+      mtp__int_store_seq_cst(&purger_idle, 1);
+      pthread_mutex_lock(&mtp__registry_lock);
+      uint64_t now = mtp__os_now_ms();
+      for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
+        mtpi_pool_t *p = mtp__pool_from_reg(it);
+        mtp__pool_lock(p);
+        purge_pool(p, now, false, &pending);
+        (void)mtp__pool_unlock_defer(p); /* this thread is the one a wake would start */
+      }
+      pthread_mutex_unlock(&mtp__registry_lock);
+      if (pending) mtp__int_store_seq_cst(&purger_idle, 0);
+      pthread_mutex_lock(&purger_lock);
+    }
+  }
+  pthread_mutex_unlock(&purger_lock);
+  return NULL;
+}
+
+void mtp__purger_wake(void) {
+  int idle = 1;
+  if (!mtp__int_cas_strong_seq_cst(&purger_idle, &idle, 0)) return; /* already scheduled */
+  pthread_mutex_lock(&purger_lock);
+  purger_work = true;
+  bool start = !purger_started && !purger_stop;
+  if (start) purger_started = true; /* this thread creates it */
+  pthread_cond_signal(&purger_cond);
+  pthread_mutex_unlock(&purger_lock);
+  if (!start) return;
+  /* No lock held: pthread_create may allocate (and so re-enter mtpool). */
+  pthread_t tid;
+  bool ok = pthread_create(&tid, NULL, purger_main, NULL) == 0;
+  pthread_mutex_lock(&purger_lock);
+  if (ok) {
+    purger_tid = tid;
+    purger_joinable = true;
+  } else {
+    purger_started = false; /* try again at the next wake */
+  }
+  pthread_mutex_unlock(&purger_lock);
+  if (!ok) mtp__int_store_seq_cst(&purger_idle, 1);
+}
+
+/* At unload (dlclose of a library that carries mtpool) and at exit: the purge thread must not
+ * outlive the code it runs. */
+__attribute__((destructor)) static void purger_shutdown(void) {
+  pthread_mutex_lock(&purger_lock);
+  purger_stop = true;
+  bool join = purger_joinable;
+  purger_joinable = false;
+  pthread_t tid = purger_tid;
+  pthread_cond_broadcast(&purger_cond);
+  pthread_mutex_unlock(&purger_lock);
+  if (join) (void)pthread_join(tid, NULL);
+}
+
+/* ---- create, destroy, trim ---- */
+
+mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
+  mtp_options_t opt;
+  if (in)
+    opt = *in;
+  else
+    mtp_options_init(&opt);
+  if (is_default) mtp__options_from_env(&opt);
+  mtp__options_sanitize(&opt);
+  /* The default pool's record is static: the process can always use it, even when the very
+   * first map fails (its allocations then fail with ENOMEM, and work again later). */
+  static mtpi_pool_t default_record;
+  mtpi_pool_t *p = is_default ? &default_record : mtp__meta_alloc(sizeof(*p));
+  if (p == NULL) return NULL;
+  if (pthread_mutex_init(&p->lock, NULL) != 0) {
+    if (!is_default) mtp__meta_free(p, sizeof(*p));
+    errno = ENOMEM;
+    return NULL;
+  }
+  p->purge_delay_ms = opt.purge_delay_ms;
+  p->thread_cache_bytes = opt.thread_cache_bytes;
+  p->check = opt.check;
+  pthread_mutex_lock(&mtp__registry_lock);
+  uint32_t id = MTP_MAX_POOLS;
+  for (uint32_t i = is_default ? 0 : 1; i < MTP_MAX_POOLS; i++)
+    if (pool_ids[i] == NULL) {
+      id = i;
+      break;
+    }
+  if (id == MTP_MAX_POOLS) {
+    pthread_mutex_unlock(&mtp__registry_lock);
+    pthread_mutex_destroy(&p->lock);
+    mtp__meta_free(p, sizeof(*p));
+    errno = ENOMEM;
+    return NULL;
+  }
+  p->id = id;
+  pools_created++;
+  if (opt.name && opt.name[0]) {
+    strncpy(p->name, opt.name, sizeof(p->name) - 1);
+  } else {
+    char buf[24], *e = buf + sizeof(buf);
+    *--e = 0;
+    uint32_t v = pools_created;
+    do *--e = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    memcpy(p->name, "pool-", 5);
+    memcpy(p->name + 5, e, strlen(e) + 1);
+  }
+  pool_ids[id] = p;
+  mtp__list_push(&mtp__pools, &p->reg_link);
+  pthread_mutex_unlock(&mtp__registry_lock);
+  return p;
+}
+
+/* Runs inside pthread_once: nothing here may allocate with malloc (see pool.h). */
+static void default_init(void) {
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  opt.name = "default";
+  mtpi_pool_t *p = mtp__pool_new(&opt, true); /* static record: cannot fail */
+  /* release: pairs with mtp__default's acquire load */
+  mtp__store_release(&mtp__default_pool_ptr, (uintptr_t)p);
+}
+
+mtpi_pool_t *mtp__default_pool_init(void) {
+  pthread_once(&default_once, default_init);
+  /* The fork handlers, outside the once: pthread_atfork may call malloc, which may be us.
+   * seq_cst CAS: exactly one thread registers them (a re-entrant call from inside
+   * pthread_atfork finds the flag taken and goes on). */
+  static mtpi_atomic_int atfork_claimed;
+  int no = 0;
+  if (mtp__int_load_relaxed(&atfork_claimed) == 0 && mtp__int_cas_strong_seq_cst(&atfork_claimed, &no, 1))
+    (void)pthread_atfork(mtp__fork_prepare, mtp__fork_parent, mtp__fork_child); /* ENOMEM: no
+      fork handlers; a child forked while another thread held a lock may then deadlock */
+  return (mtpi_pool_t *)mtp__load_acquire(&mtp__default_pool_ptr);
+}
+
+void mtp__pool_free(mtpi_pool_t *p) {
+  pthread_mutex_lock(&mtp__registry_lock);
+  mtp__pool_lock(p);
+  MTP_VALIDATE(mtp__region_validate(&p->rs));
+  /* Unbind every heap: their threads notice at their next use of this pool id, or at exit. */
+  for (mtpi_node_t *it = p->members; it; it = it->next)
+    mtp__store_relaxed(&member_of(it)->pool, 0); /* relaxed: see mtp__member_pool */
+  p->members = NULL;
+  /* checked-mode slabs keep their allocation bitmaps in internal records; Valgrind builds
+   * also tell memcheck that the blocks still in use are gone */
+  for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
+       r = mtp__region_from_node(r->h.link.next))
+    for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
+      mtpi_page_t *s = &r->pages[i];
+      if (s->kind != MTP_PAGE_SLAB) continue;
+      mtp__slab_forget_blocks(s);
+      if (s->check_bits) mtp__meta_free(s->check_bits, (s->capacity + 7) / 8);
+    }
+  mtp__region_unmap_all(&p->rs);
+  (void)mtp__pool_unlock_defer(p); /* nothing left to purge */
+  mtp__large_destroy_pool(p);
+  pool_ids[p->id] = NULL;
+  mtp__list_remove(&mtp__pools, &p->reg_link);
+  pthread_mutex_unlock(&mtp__registry_lock);
+  pthread_mutex_destroy(&p->lock);
+  mtp__meta_free(p, sizeof(*p));
+}
+
+size_t mtp__pool_trim(mtpi_pool_t *p) {
+  pthread_mutex_lock(&mtp__registry_lock);
+  mtp__pool_lock(p);
+  size_t n = purge_pool(p, mtp__os_now_ms(), true, NULL);
+  (void)mtp__pool_unlock_defer(p); /* everything was purged */
+  pthread_mutex_unlock(&mtp__registry_lock);
+  return n;
+}
+
+/* ---- fork: hold every lock across fork() so the child finds them consistent ---- */
+
+void mtp__fork_prepare(void) {
+  pthread_mutex_lock(&mtp__registry_lock);
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next) mtp__pool_lock(mtp__pool_from_reg(it));
+  pthread_mutex_lock(&mtp__large_lock);
+  pthread_mutex_lock(&mtp__meta_lock);
+  pthread_mutex_lock(&purger_lock);
+}
+
+void mtp__fork_parent(void) {
+  pthread_mutex_unlock(&purger_lock);
+  pthread_mutex_unlock(&mtp__meta_lock);
+  pthread_mutex_unlock(&mtp__large_lock);
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
+    mtpi_pool_t *p = mtp__pool_from_reg(it);
+    pthread_mutex_unlock(&p->lock); /* a release due before the fork is woken for later */
+  }
+  pthread_mutex_unlock(&mtp__registry_lock);
+}
+
+void mtp__fork_child(void) {
+  /* Only the forking thread lives on. Heaps of the other threads keep their slabs (their blocks
+   * can still be freed here, by the remote path); their cache locks may have been held. */
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next)
+    for (mtpi_node_t *m = mtp__pool_from_reg(it)->members; m; m = m->next)
+      mtp__int_store_relaxed(&member_of(m)->cache_lock, 0); /* single-threaded here */
+  purger_started = false;
+  purger_joinable = false; /* the parent's purger does not exist here */
+  /* The parent's purger may have been waiting on the condition: its waiter state was copied but
+   * the waiter does not exist here, and a broadcast would wait for it for ever. No thread of the
+   * child waits on it yet, so it can be made afresh. */
+  static const pthread_cond_t fresh = PTHREAD_COND_INITIALIZER;
+  memcpy(&purger_cond, &fresh, sizeof(fresh));
+  purger_work = false;
+  mtp__int_store_seq_cst(&purger_idle, 1);
+  mtp__fork_parent();
+}

@@ -1,0 +1,116 @@
+/* The pool layer: what a pool shares among its threads. The registry of pools, the lists of
+ * detached slabs and their adoption, the release of empty slabs to the region layer, the heaps'
+ * empty-slab caches (as mtpi_member_t: the part of a heap this layer may touch), trimming, the
+ * purge thread, the fork handlers; large blocks (large.c).
+ *
+ * Locks, in order: registry, pool (in registry order), large, meta, purger. No function here
+ * calls anything that may call malloc (pthread_create, pthread_atfork, stdio) with one of them
+ * held, nor inside the default pool's pthread_once: a process that routes malloc into mtpool
+ * would re-enter. Layer: pool (above slab). */
+#ifndef MTP_POOL_H
+#define MTP_POOL_H
+
+#include "slab/slab.h"
+
+#pragma GCC visibility push(hidden)
+
+/* ---- registry (pool.c) ---- */
+extern pthread_mutex_t mtp__registry_lock; /* pools list, pool ids, heap<->pool binding */
+extern mtpi_node_t *mtp__pools;            /* live pools, by reg_link (registry lock) */
+/* The default pool, 0 until its first use. Written once (release) inside its pthread_once;
+ * read with acquire, so a reader that sees the pointer sees the initialised pool. */
+extern mtpi_atomic_uptr mtp__default_pool_ptr;
+mtpi_pool_t *mtp__default_pool_init(void);
+static inline mtpi_pool_t *mtp__default(void) {
+  mtpi_pool_t *p = (mtpi_pool_t *)mtp__load_acquire(&mtp__default_pool_ptr);
+  return MTP_LIKELY(p != NULL) ? p : mtp__default_pool_init();
+}
+static inline bool mtp__is_default(const mtpi_pool_t *p) {
+  return p == (const mtpi_pool_t *)mtp__load_acquire(&mtp__default_pool_ptr);
+}
+static inline mtpi_pool_t *mtp__pool_from_reg(mtpi_node_t *n) {
+  return n ? MTP_CONTAINER(n, mtpi_pool_t, reg_link) : NULL;
+}
+mtpi_pool_t *mtp__pool_by_id(uint32_t id); /* registry lock held */
+/* A new pool (options checked; the default pool also reads the environment). NULL + ENOMEM. */
+mtpi_pool_t *mtp__pool_new(const mtp_options_t *opt, bool is_default);
+/* Unbind every heap, unmap every region and large block, and free the record. No thread may
+ * use the pool any more. */
+void mtp__pool_free(mtpi_pool_t *p);
+/* Return every empty page of p now, cached slabs included. Returns the bytes returned. */
+size_t mtp__pool_trim(mtpi_pool_t *p);
+
+/* The pool whose region holds page descriptor s. */
+static inline mtpi_pool_t *mtp__pool_of_page(const mtpi_page_t *s) {
+  return MTP_CONTAINER(mtp__page_set(s), mtpi_pool_t, rs);
+}
+
+void mtp__pool_lock(mtpi_pool_t *p);
+/* Unlock, then wake the purge thread if something done under the lock made a purge due. */
+void mtp__pool_unlock(mtpi_pool_t *p);
+/* Unlock without waking; returns whether the caller must call mtp__purger_wake (once it holds no
+ * lock). */
+bool mtp__pool_unlock_defer(mtpi_pool_t *p);
+void mtp__purger_wake(void);
+
+/* ---- heaps as members (pool.c) ---- */
+static inline mtpi_pool_t *mtp__member_pool(mtpi_member_t *m) {
+  /* relaxed: the binding is read by the heap's own thread; destroy's store of 0 is ordered for
+   * it by the registry lock or by the caller's contract (no use of a destroyed pool) */
+  return (mtpi_pool_t *)mtp__load_relaxed(&m->pool);
+}
+void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
+/* Pool lock held: m's counters go to the pool's, m leaves the list and is unbound. */
+void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
+
+/* ---- empty-slab caches (pool.c) ---- */
+/* The owner: an empty slab of `pages` pages from m's cache, or NULL. */
+mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned pages);
+/* The owner: keep the empty slab s in m's cache if the pool's options allow, else release it to
+ * the pool. Takes the locks it needs. */
+void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s);
+/* Pool lock held: release the cached slabs cached at or before older_than_ms; returns bytes. */
+size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_than_ms,
+                               uint64_t now_ms);
+
+/* ---- slabs (pool.c) ---- */
+/* A slab of class cls for the heap (tag heap, token owner_token): adopted from the pool's list
+ * of detached slabs (then *collected is the count of blocks freed into it meanwhile) or freshly
+ * formatted from free pages. NULL + ENOMEM. Takes the pool lock. */
+mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, uintptr_t owner_token,
+                                uint32_t *collected);
+/* Adopt a detached slab that may be on the pool's list (the heap that detached it wants it back
+ * on a free). false if another thread owns it now. Takes the pool lock. */
+bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
+                     uint32_t *collected);
+/* A remote free returned MTP_REMOTE_NEWS for s: release it if it is empty, else list it for
+ * adoption, unless it was adopted meanwhile. Takes the pool lock. */
+void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s);
+/* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
+ * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
+mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);
+/* Pool lock held: a slab that holds no block goes back to the region layer. */
+void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
+/* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
+void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
+
+/* ---- large blocks (large.c) ---- */
+void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
+/* Frees p if it is a large block (checking size if sized). false: not a large block. */
+bool mtp__large_free(void *p, size_t size, bool sized);
+/* Is p a large block? Then *usable gets its usable size and *pool_out (if not NULL) its pool. */
+bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out);
+void mtp__large_destroy_pool(mtpi_pool_t *pool);
+extern pthread_mutex_t mtp__large_lock;
+
+/* ---- fork handlers (pool.c) ---- */
+void mtp__fork_prepare(void);
+void mtp__fork_parent(void);
+void mtp__fork_child(void);
+
+static inline mtpi_pool_t *mtp__pool_in(mtp_pool_t *p) { return (mtpi_pool_t *)p; }
+static inline mtp_pool_t *mtp__pool_out(mtpi_pool_t *p) { return (mtp_pool_t *)p; }
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,287 @@
+/* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
+ * the page descriptors sit in the first pages; the rest are handed out as spans of 1..4 pages
+ * (aligned to their length) for slabs. Free pages are tracked in two bitmaps: free, and free but
+ * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
+ * are all free and clean is unmapped. The region's first page is a PROT_NONE guard, so that a
+ * mapping just below (a large block) cannot overflow into the header. Everything here runs under
+ * the owning pool's lock. Layer: region. */
+#include "region.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "base/os.h"
+#include "base/track.h"
+
+mtpi_atomic_u8 mtp__chunkmap[MTP_CHUNKMAP_SIZE];
+
+#define WORDS (MTP_PAGES_PER_REGION / 64)
+#define FIRST_PAGE MTP_REGION_FIRST_PAGE
+#define USABLE_PAGES MTP_REGION_USABLE_PAGES
+
+_Static_assert(MTP_REGION_HEADER_PAGES < 8, "region header must stay small");
+
+/* Regions with free pages stay in front, so a search can stop at the first full one. */
+static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->regions); }
+static mtpi_region_t *next_of(mtpi_region_t *r) { return mtp__region_from_node(r->h.link.next); }
+
+static mtpi_region_t *region_new(mtpi_rset_t *rs) {
+  mtpi_region_t *r = mtp__os_map(MTP_REGION_SIZE, MTP_REGION_SIZE);
+  if (r == NULL) return NULL;
+  uintptr_t idx = (uintptr_t)r >> MTP_REGION_SHIFT;
+  if (idx >= MTP_CHUNKMAP_SIZE || mtp__os_guard(r->guard, sizeof(r->guard)) != 0) {
+    /* beyond the address bits the chunk map covers, or no guard to be had */
+    mtp__os_unmap(r, MTP_REGION_SIZE);
+    errno = ENOMEM;
+    return NULL;
+  }
+  r->h.set = rs;
+  for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
+    if (i < FIRST_PAGE)
+      r->pages[i].kind = MTP_PAGE_HEADER;
+    else
+      r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
+  }
+  r->h.free_pages = USABLE_PAGES;
+  mtp__track_poison((char *)r + FIRST_PAGE * MTP_PAGE_SIZE, USABLE_PAGES * MTP_PAGE_SIZE);
+  mtp__u8_store_relaxed(&mtp__chunkmap[idx], 1); /* relaxed: see region.h */
+  rs->mapped_bytes += MTP_REGION_SIZE;
+  rs->clean_bytes += USABLE_PAGES * MTP_PAGE_SIZE;
+  mtp__list_push(&rs->regions, &r->h.link);
+  return r;
+}
+
+static void region_unmap(mtpi_rset_t *rs, mtpi_region_t *r) {
+  if (mtp__region_of((uintptr_t)rs->populate_at) == r) { /* a fault-in request into it */
+    rs->populate_at = NULL;
+    rs->populate_len = 0;
+  }
+  mtp__list_remove(&rs->regions, &r->h.link);
+  mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0);
+  rs->mapped_bytes -= MTP_REGION_SIZE;
+  /* Addresses may be reused by anyone after the unmap: leave no poison behind. */
+  mtp__track_unmap(r, MTP_REGION_SIZE);
+  mtp__os_unmap(r, MTP_REGION_SIZE);
+}
+
+/* Positions i (multiples of k) where bits i..i+k-1 of w are all set. */
+static uint64_t runs_of(uint64_t w, unsigned k) {
+  static const uint64_t align[5] = {~0ull, 0x5555555555555555ull, 0x1111111111111111ull,
+                                    0x0101010101010101ull, 0x0001000100010001ull};
+  unsigned lg = 0;
+  for (unsigned j = 1; j < k; j <<= 1) {
+    w &= w >> j;
+    lg++;
+  }
+  return w & align[lg];
+}
+
+static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
+  for (unsigned wi = 0; wi < WORDS; wi++) {
+    uint64_t w = r->h.free_mask[wi];
+    if (dirty_only) w &= r->h.dirty_mask[wi];
+    uint64_t m = runs_of(w, k);
+    if (m) return (int)(wi * 64 + (unsigned)__builtin_ctzll(m));
+  }
+  return -1;
+}
+
+/* A pool that keeps taking never-touched pages is growing: fault the span and the free clean
+ * pages after it in with one call (a window of up to 256 KiB) rather than one fault per 4 KiB.
+ * The extra pages become free-and-dirty, so the next spans come from them, and the purge
+ * returns them after the delay should the growth stop. */
+#define POPULATE_STREAK 4
+#define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB ahead at most */
+static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages,
+                           bool clean) {
+  if (!clean) {
+    rs->fresh_streak = 0;
+    return;
+  }
+  if (++rs->fresh_streak < POPULATE_STREAK) return;
+  unsigned end = at + pages;
+  while (end < MTP_PAGES_PER_REGION && end < at + POPULATE_PAGES &&
+         (r->h.free_mask[end / 64] >> (end % 64) & 1) && !(r->h.dirty_mask[end / 64] >> (end % 64) & 1))
+    end++;
+  /* The caller takes the range (mtp__region_take_populate) and faults it in after dropping the
+   * pool lock, so threads that grow at once do not queue behind each other's page zeroing. */
+  rs->populate_at = (char *)r + ((size_t)at << MTP_PAGE_SHIFT);
+  rs->populate_len = (size_t)(end - at) << MTP_PAGE_SHIFT;
+  uint64_t now = mtp__os_now_ms();
+  for (unsigned i = at + pages; i < end; i++) {
+    r->h.dirty_mask[i / 64] |= (uint64_t)1 << (i % 64);
+    r->pages[i].free_time_ms = now;
+    rs->clean_bytes -= MTP_PAGE_SIZE;
+  }
+  if (end > at + pages) rs->populate_dirtied = true; /* news for the caller: a purge is due */
+}
+
+bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len) {
+  bool dirtied = rs->populate_dirtied;
+  *at = rs->populate_at;
+  *len = rs->populate_len;
+  rs->populate_at = NULL;
+  rs->populate_len = 0;
+  rs->populate_dirtied = false;
+  return dirtied;
+}
+
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages) {
+  MTP_ASSERT(pages == 1 || pages == 2 || pages == 4);
+  mtpi_region_t *found = NULL;
+  int at = -1;
+  /* Prefer pages still resident (no page faults), then any free pages, then a new region. */
+  for (int pass = 0; pass < 2 && found == NULL; pass++) {
+    for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
+      if (r->h.free_pages < pages) continue;
+      at = find_run(r, pages, pass == 0);
+      if (at >= 0) {
+        found = r;
+        break;
+      }
+    }
+  }
+  if (found == NULL) {
+    found = region_new(rs);
+    if (found == NULL) return NULL;
+    at = find_run(found, pages, false);
+  }
+  bool clean = true;
+  for (unsigned i = (unsigned)at; i < (unsigned)at + pages; i++) {
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (!(found->h.dirty_mask[i / 64] & bit))
+      rs->clean_bytes -= MTP_PAGE_SIZE;
+    else
+      clean = false;
+    found->h.free_mask[i / 64] &= ~bit;
+    found->h.dirty_mask[i / 64] &= ~bit;
+  }
+  populate_ahead(rs, found, (unsigned)at, pages, clean);
+  found->h.free_pages -= pages;
+  if (found->h.free_pages == 0) { /* full: to the back */
+    mtp__list_remove(&rs->regions, &found->h.link);
+    mtp__list_push_back(&rs->regions, &found->h.link);
+  }
+  mtpi_page_t *s = &found->pages[at];
+  s->pages = (uint8_t)pages;
+  for (unsigned i = 1; i < pages; i++) {
+    memset(&s[i], 0, sizeof(mtpi_page_t));
+    s[i].kind = MTP_PAGE_TAIL;
+    s[i].head_delta = (uint16_t)i;
+  }
+  return s;
+}
+
+void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
+  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  MTP_ASSERT(r->h.set == rs && s->kind != MTP_PAGE_FREE && s->kind != MTP_PAGE_TAIL);
+  unsigned first = (unsigned)(s - r->pages), pages = s->pages;
+  mtp__track_poison(mtp__page_start(s), (size_t)pages << MTP_PAGE_SHIFT);
+  for (unsigned i = first; i < first + pages; i++) {
+    mtpi_page_t *d = &r->pages[i];
+    mtp__store_relaxed(&d->owner, 0);
+    d->kind = MTP_PAGE_FREE;
+    d->list = MTP_LIST_NONE;
+    d->free_time_ms = now_ms;
+    d->check_bits = NULL;
+    d->pages = 1;
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    r->h.free_mask[i / 64] |= bit;
+    r->h.dirty_mask[i / 64] |= bit;
+  }
+  bool was_full = r->h.free_pages == 0;
+  r->h.free_pages += pages;
+  if (was_full) { /* has free pages again: to the front */
+    mtp__list_remove(&rs->regions, &r->h.link);
+    mtp__list_push(&rs->regions, &r->h.link);
+  }
+}
+
+size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force) {
+  size_t returned = 0;
+  mtpi_region_t *next;
+  for (mtpi_region_t *r = first(rs); r; r = next) {
+    next = next_of(r);
+    if (r->h.free_pages == 0) break; /* the rest are full */
+    for (unsigned wi = 0; wi < WORDS; wi++) {
+      uint64_t w = r->h.dirty_mask[wi];
+      while (w) {
+        unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
+        /* a run of consecutive dirty pages that are all due */
+        unsigned j = i;
+        while (j < (wi + 1) * 64 && (w >> (j - wi * 64) & 1) &&
+               (force || (delay >= 0 && r->pages[j].free_time_ms + (uint64_t)delay <= now_ms)))
+          j++;
+        if (j == i) {
+          w &= w - 1;
+          continue;
+        }
+        size_t len = (size_t)(j - i) << MTP_PAGE_SHIFT;
+        uint64_t bits = (j - i == 64) ? ~0ull : (((uint64_t)1 << (j - i)) - 1) << (i - wi * 64);
+        w &= ~bits;
+        /* Refused (only with a kernel out of memory for the split): the pages stay dirty, to be
+         * tried again later, and are not counted as returned. */
+        if (mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), len) != 0) continue;
+        r->h.dirty_mask[wi] &= ~bits;
+        rs->clean_bytes += len;
+        returned += len;
+      }
+    }
+    if (r->h.free_pages == USABLE_PAGES) {
+      bool clean = true;
+      for (unsigned wi = 0; wi < WORDS; wi++) clean = clean && r->h.dirty_mask[wi] == 0;
+      if (clean) {
+        rs->clean_bytes -= USABLE_PAGES * MTP_PAGE_SIZE;
+        returned += FIRST_PAGE * MTP_PAGE_SIZE; /* the header pages go too */
+        region_unmap(rs, r);
+      }
+    }
+  }
+  return returned;
+}
+
+bool mtp__region_dirty_left(mtpi_rset_t *rs) {
+  for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
+    for (unsigned i = 0; i < WORDS; i++)
+      if (r->h.dirty_mask[i]) return true;
+  return false;
+}
+
+void mtp__region_unmap_all(mtpi_rset_t *rs) {
+  while (rs->regions) region_unmap(rs, first(rs));
+  rs->clean_bytes = 0;
+}
+
+void mtp__region_validate(mtpi_rset_t *rs) {
+  bool seen_full = false;
+  for (mtpi_region_t *r = first(rs); r; r = next_of(r)) {
+    MTP_ASSERT(r->h.set == rs);
+    MTP_ASSERT(mtp__is_region_ptr((uintptr_t)r));
+    unsigned free_pages = 0;
+    for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
+      mtpi_page_t *d = &r->pages[i];
+      bool is_free = r->h.free_mask[i / 64] >> (i % 64) & 1;
+      bool dirty = r->h.dirty_mask[i / 64] >> (i % 64) & 1;
+      if (i < FIRST_PAGE) {
+        MTP_ASSERT(d->kind == MTP_PAGE_HEADER && !is_free && !dirty);
+        continue;
+      }
+      MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
+      MTP_ASSERT(!dirty || is_free);
+      free_pages += is_free;
+      if (d->kind == MTP_PAGE_SLAB) {
+        MTP_ASSERT(d->pages == 1 || d->pages == 2 || d->pages == 4);
+        MTP_ASSERT(i % d->pages == 0 && i + d->pages <= MTP_PAGES_PER_REGION);
+        for (unsigned k = 1; k < d->pages; k++)
+          MTP_ASSERT(d[k].kind == MTP_PAGE_TAIL && d[k].head_delta == k);
+      } else if (d->kind == MTP_PAGE_TAIL) {
+        MTP_ASSERT(d->head_delta > 0 && d->head_delta <= i && (d - d->head_delta)->kind == MTP_PAGE_SLAB);
+      }
+    }
+    MTP_ASSERT(free_pages == r->h.free_pages);
+    /* regions with free pages come first */
+    if (r->h.free_pages == 0) seen_full = true;
+    else MTP_ASSERT(!seen_full);
+  }
+}
+

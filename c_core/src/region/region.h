@@ -1,0 +1,75 @@
+/* The region layer: 4 MiB regions of 64 KiB pages, their page descriptors, the chunk map that
+ * tells our pointers from others, page spans for slabs, and purging. Everything that changes a
+ * region runs under the lock of the pool that owns its set (mtpi_rset_t); this layer knows no
+ * pool: what it finds out (a purge became due) it returns. Layer: region (above base). */
+#ifndef MTP_REGION_H
+#define MTP_REGION_H
+
+#include "base/base.h"
+
+#pragma GCC visibility push(hidden)
+
+/* The chunk map: one byte per 4 MiB of the address space, 1 where a region lives. Relaxed atomic
+ * bytes: written under the pool lock at map and unmap; read by every free to reject pointers that
+ * are not ours before touching any metadata (a region is unmapped only when none of its blocks is
+ * in use, so a valid free never races with the write). */
+extern mtpi_atomic_u8 mtp__chunkmap[MTP_CHUNKMAP_SIZE];
+
+MTP_INLINE bool mtp__is_region_ptr(uintptr_t u) {
+  uintptr_t idx = u >> MTP_REGION_SHIFT;
+  return idx < MTP_CHUNKMAP_SIZE && mtp__u8_load_relaxed(&mtp__chunkmap[idx]) != 0;
+}
+MTP_INLINE mtpi_region_t *mtp__region_of(uintptr_t u) {
+  return (mtpi_region_t *)(u & ~(MTP_REGION_SIZE - 1));
+}
+/* The descriptor of u's page: region base + header + page index * 128, in shifts and masks. */
+MTP_INLINE mtpi_page_t *mtp__page_desc(uintptr_t u) {
+  _Static_assert(sizeof(mtpi_page_t) == 128, "descriptor size is a shift");
+  uintptr_t page_off = (u >> (MTP_PAGE_SHIFT - 7)) & ((MTP_PAGES_PER_REGION - 1) << 7);
+  return (mtpi_page_t *)((u & ~(MTP_REGION_SIZE - 1)) + offsetof(mtpi_region_t, pages) + page_off);
+}
+/* The descriptor that describes d's span: d itself, or for a TAIL page the span's first page. */
+MTP_INLINE mtpi_page_t *mtp__page_head(mtpi_page_t *d) {
+  return d->kind == MTP_PAGE_TAIL ? d - d->head_delta : d;
+}
+/* The descriptor of the slab (or free span) that holds u: the "slab of this pointer" step. */
+MTP_INLINE mtpi_page_t *mtp__slab_of(uintptr_t u) { return mtp__page_head(mtp__page_desc(u)); }
+/* First byte of the memory d describes. */
+static inline char *mtp__page_start(const mtpi_page_t *d) {
+  mtpi_region_t *r = mtp__region_of((uintptr_t)d);
+  return (char *)r + ((size_t)(d - r->pages) << MTP_PAGE_SHIFT);
+}
+/* The set (and so the pool) that owns d's region. */
+static inline mtpi_rset_t *mtp__page_set(const mtpi_page_t *d) {
+  return mtp__region_of((uintptr_t)d)->h.set;
+}
+static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
+  return n ? MTP_CONTAINER(n, mtpi_region_t, h.link) : NULL;
+}
+
+/* Pages a region hands out: the guard, header and descriptors take the first ones. */
+#define MTP_REGION_FIRST_PAGE MTP_REGION_HEADER_PAGES
+#define MTP_REGION_USABLE_PAGES (MTP_PAGES_PER_REGION - MTP_REGION_HEADER_PAGES)
+
+/* All under the owning pool's lock. */
+/* A span of `pages` pages (1, 2 or 4), aligned to its length: its first descriptor, kind still
+ * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. */
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages);
+/* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
+ * mtp__os_populate after unlocking. Pages of it may be handed out meanwhile: populating present
+ * pages changes nothing. Returns true if it left free pages resident (a purge will be due). */
+bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len);
+void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
+/* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
+ * not force); unmap regions left entirely free and clean. Returns the bytes given back (a purge
+ * the OS refused is not counted). */
+size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force);
+/* Are free pages left resident (a later purge has work)? */
+bool mtp__region_dirty_left(mtpi_rset_t *rs);
+void mtp__region_unmap_all(mtpi_rset_t *rs);
+/* MTP_DEBUG 2: the bitmaps and counts of every region of rs against the page descriptors. */
+void mtp__region_validate(mtpi_rset_t *rs);
+
+#pragma GCC visibility pop
+
+#endif

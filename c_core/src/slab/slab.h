@@ -1,0 +1,94 @@
+/* The slab layer: one slab of one size class, its state machine (OWNED <-> DETACHED, see
+ * mtpi_page_t in base/types.h), lazy carving, the owner's free list and the remote free list.
+ * Nothing here locks or lists: each function returns what happened (the slab became empty, a
+ * remote free made a detached slab worth listing or empty), and the caller, a heap or the pool,
+ * acts on it. Layer: slab (above region). */
+#ifndef MTP_SLAB_H
+#define MTP_SLAB_H
+
+#include "base/track.h"
+#include "region/region.h"
+
+#pragma GCC visibility push(hidden)
+
+/* Format the span s (from mtp__region_alloc_span or a cache) for class cls, owned by no one yet. */
+void mtp__slab_format(mtpi_page_t *s, unsigned cls, bool checked);
+
+/* The heap that owns s or owned it last: opaque to this layer (relaxed: see mtpi_page_t). */
+static inline void *mtp__slab_heap(mtpi_page_t *s) { return (void *)mtp__load_relaxed(&s->heap); }
+static inline void mtp__slab_set_heap(mtpi_page_t *s, void *h) {
+  mtp__store_relaxed(&s->heap, (uintptr_t)h);
+}
+/* The bump pointer: blocks at and above it were never handed out (relaxed: see mtpi_page_t). */
+MTP_INLINE char *mtp__slab_bump(mtpi_page_t *s) { return mtp__cptr_load_relaxed(&s->bump); }
+MTP_INLINE void mtp__slab_set_bump(mtpi_page_t *s, char *b) { mtp__cptr_store_relaxed(&s->bump, b); }
+/* The owner's read: plain, so that the free fast path compares against memory in one
+ * instruction. ThreadSanitizer builds load it atomically, since the compiler may hoist the load
+ * above the owner compare (a non-owner's speculative read, whose value is then unused). */
+#if defined(MTP_TSAN)
+#define mtp__slab_bump_owner(s) mtp__slab_bump(s)
+#else
+#define mtp__slab_bump_owner(s) ((s)->bump)
+#endif
+
+/* Owner: pop a block from the free list; NULL if the list is empty. The one pop of the core. */
+MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_page_t *s) {
+  mtpi_block_t *b = s->free;
+  if (MTP_UNLIKELY(b == NULL)) return NULL;
+  s->free = mtp__block_next(b);
+  s->used++;
+  mtp__track_alloc(b, s->block_size);
+  return b;
+}
+
+/* Owner: push b (a block of s that was handed out: the caller checked b < bump) onto the free
+ * list. Returns true if s became empty (the caller retires it). The one check it affords is the
+ * block freed last into this slab being freed again (reported; returns false). */
+MTP_INLINE bool mtp__slab_push_local(mtpi_page_t *s, mtpi_block_t *b) {
+  if (MTP_UNLIKELY(b == s->free)) {
+    mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
+    return false;
+  }
+  mtp__block_set_next(b, s->free);
+  mtp__track_free(b, s->block_size);
+  s->free = b;
+  return MTP_UNLIKELY(--s->used == 0);
+}
+
+/* Owner: carve fresh blocks from the bump area into s->free, up to the end of the OS page
+ * (os_page bytes) that holds the bump pointer, at least one block; false if none are left. */
+bool mtp__slab_carve(mtpi_page_t *s, size_t os_page);
+bool mtp__slab_extend(mtpi_page_t *s); /* carve with the OS's page size */
+/* Owner: take the remote list into s->free; returns the number of blocks taken. */
+uint32_t mtp__slab_collect(mtpi_page_t *s);
+/* Owner: give up an exhausted slab (free list and bump area empty). false: remote frees arrived;
+ * they are collected into s->free (*collected blocks) and the slab stays owned by owner_token. */
+bool mtp__slab_detach(mtpi_page_t *s, uintptr_t owner_token, uint32_t *collected);
+/* Make a detached slab owned by (heap, owner_token); *collected gets the blocks freed since the
+ * detach. false if it was adopted already, or if it is LISTED and `listed_ok` is false (only a
+ * holder of the pool lock may adopt a listed slab). */
+bool mtp__slab_adopt(mtpi_page_t *s, void *heap, uintptr_t owner_token, bool listed_ok,
+                     uint32_t *collected);
+/* Pool lock held: mark a detached slab LISTED before putting it on the pool's partial list.
+ * false if it was adopted meanwhile or is listed already (then it must not be listed again). */
+bool mtp__slab_mark_listed(mtpi_page_t *s);
+
+typedef enum {
+  MTP_REMOTE_OWNED,    /* pushed; the owner collects it */
+  MTP_REMOTE_DETACHED, /* pushed onto a detached slab; nothing to do */
+  MTP_REMOTE_NEWS,     /* pushed onto a detached slab that may now be worth listing, or empty:
+                          the caller checks under the pool lock (mtp__pool_detached_news) */
+  MTP_REMOTE_REJECTED  /* a double free was reported; nothing was pushed */
+} mtpi_remote_t;
+/* Any thread: push b onto a slab that the caller does not own. */
+mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b);
+
+/* MTP_DEBUG 2, owner (or lock holder of a detached slab): the free list and counts of s against
+ * its capacity and bump area. */
+void mtp__slab_validate(mtpi_page_t *s);
+/* Valgrind builds: tell memcheck that every block still in use in s is freed (pool destroy). */
+void mtp__slab_forget_blocks(mtpi_page_t *s);
+
+#pragma GCC visibility pop
+
+#endif

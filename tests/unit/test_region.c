@@ -1,0 +1,67 @@
+/* Unit test of the region layer: spans of 1, 2 and 4 pages from a region set, the page map
+ * (descriptor of a pointer, the span head from a tail page, the chunk map), the free and dirty
+ * bitmaps against the descriptors (mtp__region_validate), purge and unmap. The set stands alone
+ * here: no pool, no lock (single-threaded). */
+#include "region/region.h"
+#include "testhelper.h"
+
+static void test_spans_and_page_map(void) {
+  mtpi_rset_t rs = {0};
+  mtpi_page_t *s[3];
+  unsigned pages[3] = {1, 2, 4};
+  for (int i = 0; i < 3; i++) {
+    s[i] = mtp__region_alloc_span(&rs, pages[i]);
+    CHECK(s[i] != NULL);
+    s[i]->kind = MTP_PAGE_SLAB; /* what a slab format would do */
+    char *start = mtp__page_start(s[i]);
+    CHECK(((uintptr_t)start & (((size_t)pages[i] << MTP_PAGE_SHIFT) - 1)) == 0); /* aligned */
+    CHECK(mtp__is_region_ptr((uintptr_t)start));
+    CHECK(mtp__page_set(s[i]) == &rs);
+    /* every byte of the span maps back to the span's first descriptor */
+    for (size_t off = 0; off < ((size_t)pages[i] << MTP_PAGE_SHIFT); off += 4096)
+      CHECK(mtp__slab_of((uintptr_t)start + off) == s[i]);
+  }
+  mtp__region_validate(&rs);
+  CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE);
+  /* the region's header is not memory to hand out, and its first page is a guard */
+  mtpi_region_t *r = mtp__region_of((uintptr_t)s[0]);
+  CHECK(mtp__page_desc((uintptr_t)r)->kind == MTP_PAGE_HEADER);
+  CHECK(!mtp__is_region_ptr((uintptr_t)r - MTP_REGION_SIZE) ||
+        mtp__region_of((uintptr_t)r - 1) != r);
+  for (int i = 0; i < 3; i++) mtp__region_free_span(&rs, s[i], 0);
+  mtp__region_validate(&rs);
+  CHECK(mtp__region_dirty_left(&rs));
+  /* all free and due: purged, then the region (all free and clean) is unmapped */
+  size_t back = mtp__region_purge(&rs, 1000, 0, false);
+  CHECK(back >= (size_t)7 << MTP_PAGE_SHIFT);
+  CHECK(rs.regions == NULL);
+  CHECK(!mtp__is_region_ptr((uintptr_t)r));
+  CHECK_EQ_SZ(rs.mapped_bytes, 0);
+}
+
+static void test_fill_a_region(void) {
+  mtpi_rset_t rs = {0};
+  mtpi_page_t *got[MTP_PAGES_PER_REGION];
+  unsigned n = 0;
+  for (; n < MTP_REGION_USABLE_PAGES; n++) {
+    got[n] = mtp__region_alloc_span(&rs, 1);
+    CHECK(got[n] != NULL);
+    got[n]->kind = MTP_PAGE_SLAB;
+  }
+  CHECK(rs.regions->next == NULL); /* one region held them all */
+  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1); /* a second region */
+  CHECK(more != NULL && mtp__region_of((uintptr_t)more) != mtp__region_of((uintptr_t)got[0]));
+  more->kind = MTP_PAGE_SLAB;
+  mtp__region_validate(&rs); /* the full region went to the back */
+  for (unsigned i = 0; i < n; i++) mtp__region_free_span(&rs, got[i], 0);
+  mtp__region_free_span(&rs, more, 0);
+  mtp__region_validate(&rs);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK(rs.regions == NULL);
+}
+
+int main(void) {
+  RUN(test_spans_and_page_map);
+  RUN(test_fill_a_region);
+  DONE();
+}
