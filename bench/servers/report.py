@@ -72,6 +72,7 @@ def main():
     ap.add_argument("--check", default="", help="allocators that must have every number")
     a = ap.parse_args()
     rows = common.read_jsonl(a.inp)
+    os.makedirs(a.out, exist_ok=True)
     md = ["# Reference servers: OpenLDAP slapd and Squid on each allocator", ""]
     if a.machine:
         md += [f"Machine: {a.machine}", ""]
@@ -189,7 +190,6 @@ def main():
     md.append("\n".join(lines) + "\n")
 
     text = "\n".join(md)
-    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "servers.md"), "w") as f:
         f.write(text)
     print(text)

@@ -165,7 +165,7 @@ slapd_run() {
   local ok=1 mapped=false scan="" s1="" s4="" mix="" rss_start="" rss_scan="" rss_end="" err=""
   if ! wait_port "$pid" "$SLAPD_PORT" 60; then
     err="slapd did not start"
-    tail -5 "$d/slapd.log" >&2
+    tail -n 5 "$d/slapd.log" >&2
     ok=0
   fi
   if [ $ok = 1 ]; then
@@ -256,6 +256,7 @@ coredump_dir $d
 dns_nameservers 127.0.0.1
 visible_hostname bench.invalid
 shutdown_lifetime 0 seconds
+pinger_enable off
 acl bench_clients src 127.0.0.1/32
 acl origin dst 127.0.0.1/32
 http_access allow bench_clients origin
@@ -268,7 +269,7 @@ EOF
   local ok=1 mapped=false err="" fill="" read="" r0="" r1="" r2="" a0="" a1="" c0="" c1="" c2=""
   if ! wait_port "$pid" "$port" 60; then
     err="squid did not start"
-    tail -5 "$d/cache.log" "$d/squid.out" >&2
+    tail -n 5 "$d/cache.log" "$d/squid.out" >&2
     ok=0
   fi
   if [ $ok = 1 ]; then
