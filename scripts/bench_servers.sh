@@ -108,6 +108,7 @@ SRV_TOOLS=$tools SRV_OUT=$out SRV_ALLOCS=$run_allocs bash "$ROOT/bench/servers/r
 elapsed=$(( $(date +%s) - t_start ))
 python3 "$ROOT/bench/servers/report.py" --in "$raw" --out "$out" --elapsed "$elapsed" \
   --machine "$(machine_line)" --skipped "$(for a in $allocs; do have "$a" || printf '%s ' "$a"; done)" \
+  --mtpool-lib "$(have mtpool && echo "$mt_lib (${MTPOOL_MALLOC_LIB:+from MTPOOL_MALLOC_LIB, }$(sha256sum "$mt_lib" | cut -c1-12))")" \
   --check "$run_allocs" || rc=1
 note "done in ${elapsed} s: $out/servers.md"
 exit $rc

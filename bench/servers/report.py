@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--machine", default="")
     ap.add_argument("--elapsed", type=int, default=0)
     ap.add_argument("--skipped", default="")
+    ap.add_argument("--mtpool-lib", default="", help="the libmtpool-malloc.so measured (for the notes)")
     ap.add_argument("--check", default="", help="allocators that must have every number")
     a = ap.parse_args()
     rows = common.read_jsonl(a.inp)
@@ -82,6 +83,8 @@ def main():
     md += [f"Median of {reps} interleaved repetitions (a fresh server process each); ±N% = half the "
            f"spread (max-min)/median; (Nx) = ratio to glibc malloc. The allocator is LD_PRELOADed into "
            f"the server only, and checked in /proc/PID/maps. Whole run: {a.elapsed} s.", ""]
+    if a.mtpool_lib:
+        md += [f"mtpool: {a.mtpool_lib}", ""]
     if a.skipped.strip():
         md += [f"NOTICE: not available, skipped: {a.skipped.strip()}", ""]
 
@@ -186,7 +189,8 @@ def main():
                     f"mtpool {me:.1f}, {LABELS[best]} {peers[best]:.1f} ({me / peers[best]:.2f}x)",
                     me <= peers[best])
     else:
-        lines.append("| every target | mtpool not measured (libmtpool-malloc.so not found) | – |")
+        lines.append("| every target | mtpool has no figures (libmtpool-malloc.so missing, or its "
+                     "servers failed: see above) | – |")
     md.append("\n".join(lines) + "\n")
 
     text = "\n".join(md)
