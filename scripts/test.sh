@@ -7,12 +7,14 @@
 #   5. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
 #   6. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
 #   7. install, then build a consumer project with find_package(mtpool) and pkg-config
+#   8. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
+#      every figure measured, the allocator mapped in each server, every server stopped
 # Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
 # subset, e.g. MTPOOL_TEST_STAGES="release asan".
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer"}
+stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer servers"}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
 # shellcheck source=lib/install_deps.sh
@@ -102,6 +104,16 @@ for stage in $stages; do
       cmake --build "$out/consumer" >/dev/null
       export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig:$out/prefix/lib/$(gcc -dumpmachine)/pkgconfig"
       run_ctest consumer "$out/consumer"
+      ;;
+    servers)
+      # installs slapd, squid and the peers itself; fails unless every figure was measured and
+      # every server it started was stopped (checked by bench/servers/report.py --check)
+      if MTPOOL_SERVERS_BUILD="$out/servers" bash "$here/scripts/bench_servers.sh" --quick \
+           --out "$out/servers/quick"; then
+        passed=$((passed + 1)); summary+=("servers: quick run passed ($out/servers/quick/servers.md)")
+      else
+        failed=$((failed + 1)); summary+=("servers: quick run FAILED")
+      fi
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
