@@ -20,6 +20,8 @@
 
 #include <mtpool/mtpool.h>
 
+#include "../exec_self.h" /* tests/: shared with the plain C tests */
+
 /* ctest SKIP_RETURN_CODE: a test that cannot run in this build exits with it after a SKIP line. */
 #define REL_SKIP 77
 
@@ -257,7 +259,7 @@ static inline int rel_run_self(char *const argv[], const char *const env[], unsi
       }
     }
     if (limit_s) alarm(limit_s);
-    execv("/proc/self/exe", argv);
+    mtp_test_exec_self(argv);
     _exit(127);
   }
   int st = 0;
