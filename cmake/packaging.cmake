@@ -19,6 +19,15 @@ if(TARGET mtpool_malloc)
           COMPONENT malloc)
 endif()
 
+# The pages render without a groff warning (ctest test man_pages).
+find_program(MTPOOL_GROFF groff)
+if(MTPOOL_BUILD_TESTS AND MTPOOL_GROFF)
+  add_test(NAME man_pages COMMAND sh -c
+    "for f in \"$@\"; do w=$(${MTPOOL_GROFF} -man -Tutf8 -ww -z \"$f\" 2>&1); \
+     if [ -n \"$w\" ]; then echo \"$f: $w\"; exit 1; fi; done; echo \"$# pages, no warning\""
+    sh ${PROJECT_SOURCE_DIR}/man/mtpool.3 ${PROJECT_SOURCE_DIR}/man/mtpool-malloc.7)
+endif()
+
 # The development package carries the static library beside the shared one (Debian's custom):
 # a shared build compiles the core a second time as libmtpool.a. The CMake package and mtpool.pc
 # name the shared library; the archive is for `pkg-config --static` and -static links.
