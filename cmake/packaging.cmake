@@ -85,6 +85,11 @@ set(CPACK_DEBIAN_RUNTIME_DESCRIPTION
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libmtpool-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libmtpool${PROJECT_VERSION_MAJOR} (= ${_mtp_ver})")
+if(TARGET mtpool_malloc)
+  # The CMake package's targets file names libmtpool-malloc.so (mtpool::malloc), and
+  # find_package fails when a file it names is missing.
+  string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libmtpool-malloc (= ${_mtp_ver})")
+endif()
 set(CPACK_DEBIAN_DEV_DESCRIPTION
     "multi-threaded pool allocator (development files)\nHeaders (C and the header-only C++ adapter), libmtpool.so, libmtpool.a,\nthe CMake package (find_package(mtpool)), mtpool.pc and mtpool(3).")
 
