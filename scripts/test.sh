@@ -138,11 +138,13 @@ for stage in $stages; do
       # Left out under qemu: test_rel_oom, test_rel_oom_cxx and OutOfMemoryTest (RLIMIT_AS limits
       # qemu's own address space: qemu aborts), test_rel_leak (VmSize/VmRSS are qemu's),
       # test_rel_threads and test_rel_fuzz_replay (about 2 minutes each under qemu; test_mt's
-      # 10,000-thread churn stays), test_rel_asan (no ASan here). The stress test runs 1 M
-      # operations instead of 8 M.
+      # 10,000-thread churn stays), test_rel_asan (no ASan here), and test_rel_fork: qemu-user 7.2
+      # itself aborts in a forked child of a multi-threaded guest that starts a thread (assertion in
+      # qemu_plugin_vcpu_init_hook), in most runs. The fork tests of test_api and test_rel_misuse
+      # (a single-threaded parent) run. The stress test runs 1 M operations instead of 8 M.
       arm_tests="test_api test_mt test_size_class test_trim header_c99 header_c11 cxx_modes_cxx11
                  cxx_modes_cxx14 cxx_modes_cxx17 cxx_modes_cxx20 cxx_old_abi test_rel_misuse
-                 test_rel_stress test_rel_fork mtpool_cxx_tests"
+                 test_rel_stress mtpool_cxx_tests"
       configure_build "$out/aarch64" "$arm_tests" -DCMAKE_TOOLCHAIN_FILE="$tc" \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGTest_DIR="$gt/prefix/lib/cmake/GTest" \
         -DMTPOOL_BUILD_EXAMPLES=OFF
