@@ -7,14 +7,19 @@
 #   5. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
 #   6. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
 #   7. install, then build a consumer project with find_package(mtpool) and pkg-config
-#   8. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
+#   8. clang build, -Werror: every ctest test
+#   9. aarch64: cross-built, the unit, API, multi-threaded, stress, fork and C++ tests under qemu-user
+#  10. Debian packages (cpack): installed with apt-get, the consumer project built against /usr,
+#      `man -w 3 mtpool`, then the packages removed again
+#  11. ABI: exported symbols, soname and public structure layout equal abi/'s lists
+#  12. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
 #      every figure measured, the allocator mapped in each server, every server stopped
 # Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
 # subset, e.g. MTPOOL_TEST_STAGES="release asan".
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer servers"}
+stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer clang aarch64 package abi servers"}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
 # shellcheck source=lib/install_deps.sh
@@ -104,6 +109,92 @@ for stage in $stages; do
       cmake --build "$out/consumer" >/dev/null
       export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig:$out/prefix/lib/$(gcc -dumpmachine)/pkgconfig"
       run_ctest consumer "$out/consumer"
+      ;;
+    clang)
+      (export CC=clang CXX=clang++
+       configure_build "$out/clang" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+      # the header checks already ran with both compilers in the release stage
+      run_ctest clang "$out/clang" -E '^cxx_headers_'
+      ;;
+    aarch64)
+      # GoogleTest cross-built from Debian's sources (libgtest-dev), once, for the C++ suite.
+      tc="$here/cmake/toolchains/aarch64-linux-gnu.cmake"
+      gt="$out/aarch64-gtest"
+      if [ ! -f "$gt/prefix/lib/cmake/GTest/GTestConfig.cmake" ]; then
+        cmake -S /usr/src/googletest -B "$gt" -DCMAKE_TOOLCHAIN_FILE="$tc" -DBUILD_GMOCK=OFF \
+          -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$gt/prefix" >/dev/null
+        cmake --build "$gt" -j"$jobs" >/dev/null
+        cmake --install "$gt" >/dev/null
+      fi
+      # Left out under qemu: test_rel_oom, test_rel_oom_cxx and OutOfMemoryTest (RLIMIT_AS limits
+      # qemu's own address space: qemu aborts), test_rel_leak (VmSize/VmRSS are qemu's),
+      # test_rel_threads and test_rel_fuzz_replay (about 2 minutes each under qemu; test_mt's
+      # 10,000-thread churn stays), test_rel_asan (no ASan here), and test_rel_fork: qemu-user 7.2
+      # itself aborts in a forked child of a multi-threaded guest that starts a thread (assertion in
+      # qemu_plugin_vcpu_init_hook), in most runs. The fork tests of test_api and test_rel_misuse
+      # (a single-threaded parent) run. The stress test runs 1 M operations instead of 8 M.
+      arm_tests="test_api test_mt test_size_class test_trim header_c99 header_c11 cxx_modes_cxx11
+                 cxx_modes_cxx14 cxx_modes_cxx17 cxx_modes_cxx20 cxx_old_abi test_rel_misuse
+                 test_rel_stress mtpool_cxx_tests"
+      configure_build "$out/aarch64" "$arm_tests" -DCMAKE_TOOLCHAIN_FILE="$tc" \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGTest_DIR="$gt/prefix/lib/cmake/GTest" \
+        -DMTPOOL_BUILD_EXAMPLES=OFF
+      arm_re="^($(echo $arm_tests cxx_checked_mode | tr ' ' '|'))\$"
+      GTEST_FILTER=-OutOfMemoryTest.* MTP_STRESS_OPS=1000000 MTP_STRESS_MAX_SECONDS=90 \
+        run_ctest aarch64 "$out/aarch64" -R "$arm_re"
+      ;;
+    package)
+      configure_build "$out/deb" "" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DCMAKE_INSTALL_PREFIX=/usr -DMTPOOL_BUILD_TESTS=OFF -DMTPOOL_BUILD_EXAMPLES=OFF
+      # every installed file belongs to a package: an install() without COMPONENT lands nowhere
+      rm -rf "$out/deb-stray"
+      cmake --install "$out/deb" --component Unspecified --prefix "$out/deb-stray" >/dev/null
+      stray=$(find "$out/deb-stray" ! -type d 2>/dev/null || true)
+      rm -f "$out"/deb/*.deb
+      (cd "$out/deb" && cpack -G DEB >/dev/null)
+      debs=("$out"/deb/*.deb)
+      names=$(for d in "${debs[@]}"; do dpkg-deb -f "$d" Package; done)
+      for d in "${debs[@]}"; do echo "$(basename "$d"): $(dpkg-deb -c "$d" | grep -vc '/$') files"; done
+      if [ -n "$stray" ]; then
+        echo "installed files outside every package (give their install() a COMPONENT): $stray"
+        failed=$((failed + 1)); summary+=("package: files in no package")
+      elif [ "$(id -u)" != 0 ]; then
+        echo "the package stage installs packages: run it as root"
+        failed=$((failed + 1)); summary+=("package: not root")
+      else
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" >/dev/null
+        rm -rf "$out/deb-consumer"
+        unset PKG_CONFIG_PATH # the consumer stage's prefix: this one uses /usr only
+        # a failed build is counted by run_ctest below; the packages are removed in any case
+        cmake -S "$here/tests/consumer" -B "$out/deb-consumer" >/dev/null || true
+        cmake --build "$out/deb-consumer" >/dev/null || true
+        if ! grep -q '^mtpool_DIR:PATH=/usr/lib' "$out/deb-consumer/CMakeCache.txt" 2>/dev/null; then
+          failed=$((failed + 1)); summary+=("package: the consumer did not find mtpool under /usr/lib")
+        fi
+        run_ctest package "$out/deb-consumer"
+        pages="3 mtpool"
+        if echo "$names" | grep -qx libmtpool-malloc; then pages="$pages 7 mtpool-malloc"; fi
+        set -- $pages
+        while [ $# -gt 0 ]; do
+          if man -w "$1" "$2" >/dev/null; then
+            echo "man $1 $2: $(man -w "$1" "$2")"
+          else
+            failed=$((failed + 1)); summary+=("package: man $1 $2 not found")
+          fi
+          shift 2
+        done
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $names >/dev/null
+      fi
+      ;;
+    abi)
+      configure_build "$out/abi" mtpool -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_SHARED_LIBS=ON \
+        -DMTPOOL_BUILD_TESTS=OFF -DMTPOOL_BUILD_EXAMPLES=OFF
+      if bash "$here/abi/check.sh" "$(ls "$out"/abi/c_core/libmtpool.so.*.*.* | head -1)"; then
+        passed=$((passed + 1)); summary+=("abi: 1 passed, 0 failed")
+      else
+        failed=$((failed + 1)); summary+=("abi: 0 passed, 1 failed")
+      fi
       ;;
     servers)
       # installs slapd, squid and the peers itself; fails unless every figure was measured and

@@ -269,6 +269,32 @@ static inline int th_tmpfile(void) {
   return fd;
 }
 
+/* Run this test binary again (environment read at start, death tests). Cross-built tests run
+ * under a user-mode emulator (qemu-user without binfmt_misc) cannot exec their own binary directly:
+ * the kernel does not know its format. MTP_TEST_EMULATOR, e.g. "/usr/bin/qemu-aarch64 -L
+ * /usr/aarch64-linux-gnu" (the aarch64 toolchain file sets it for ctest), is then put in front;
+ * its words are split at spaces. argv is NULL-terminated, argv[0] included; returns only on
+ * failure (errno set). */
+static inline void mtp_test_exec_self(char *const argv[]) {
+  const char *emu = getenv("MTP_TEST_EMULATOR");
+  if (emu == NULL || *emu == 0) {
+    execv("/proc/self/exe", argv);
+    return;
+  }
+  static char words[1024], self[4096];
+  char *args[64];
+  int n = 0;
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0 || strlen(emu) >= sizeof words) return;
+  self[len] = 0;
+  strcpy(words, emu);
+  for (char *w = strtok(words, " "); w != NULL && n < 32; w = strtok(NULL, " ")) args[n++] = w;
+  args[n++] = self;
+  for (int i = 1; argv[0] != NULL && argv[i] != NULL && n < 63; i++) args[n++] = argv[i];
+  args[n] = NULL;
+  execvp(args[0], args);
+}
+
 /* Run this test binary again (/proc/self/exe) with argv, env entries ("NAME=value", or "NAME" to
  * remove it) applied, a time limit in seconds, capturing stdout and stderr. Returns 0, -1 on error. */
 static inline int th_run_self(char *const argv[], const char *const env[], unsigned limit_s,
@@ -297,7 +323,7 @@ static inline int th_run_self(char *const argv[], const char *const env[], unsig
       }
     }
     if (limit_s) alarm(limit_s);
-    execv("/proc/self/exe", argv);
+    mtp_test_exec_self(argv);
     _exit(127);
   }
   int st = 0;

@@ -231,7 +231,8 @@ static void test_env_options(const char *self) {
     setenv("MTPOOL_NAME", "from-env", 1);
     setenv("MTPOOL_CHECK", "1", 1);
     setenv("MTPOOL_PURGE_DELAY_MS", "5", 1);
-    execl(self, self, "--env-child", (char *)NULL);
+    char *args[] = {(char *)self, (char *)"--env-child", NULL};
+    mtp_test_exec_self(args);
     _exit(2);
   }
   int status;
