@@ -297,3 +297,31 @@ void mtp__fork_child(void) {
   atomic_store(&purger_idle, 1);
   mtp__fork_parent();
 }
+
+size_t mtp_trim_all(void) {
+  mtp__default();
+  size_t n = 0;
+  /* One pool at a time, each under the registry lock so that it cannot be destroyed meanwhile. */
+  for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
+    pthread_mutex_lock(&mtp__registry_lock);
+    mtp_pool_internal_t *p = pool_ids[id];
+    if (p) {
+      mtp__pool_lock(p);
+      n += purge_pool(p, mtp__os_now_ms(), true, NULL);
+      mtp__pool_unlock(p);
+    }
+    pthread_mutex_unlock(&mtp__registry_lock);
+  }
+  return n;
+}
+
+int mtp_pool_options(mtp_pool_t *pool_, mtp_options_t *out) {
+  if (out == NULL) return EINVAL;
+  mtp_pool_internal_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
+  mtp_options_init(out);
+  out->name = p->name;
+  out->purge_delay_ms = p->purge_delay_ms;
+  out->thread_cache_bytes = p->thread_cache_bytes;
+  out->check = p->check;
+  return 0;
+}
