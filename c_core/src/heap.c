@@ -29,10 +29,12 @@ static mtp_thread_t *thread_get(void) {
   if (MTP_LIKELY(t != &mtp__thread_empty)) return t;
   t = mtp__meta_alloc(sizeof(mtp_thread_t));
   if (t == NULL) return NULL;
+  /* Published before pthread_setspecific, which callocs for keys >= 32: where mtpool is the
+   * process's malloc, that allocation comes back here and must find this record. */
+  mtp__tl_thread = t;
   pthread_once(&thread_key_once, make_key);
   pthread_setspecific(thread_key, t);
   t->registered = true;
-  mtp__tl_thread = t;
   return t;
 }
 
@@ -199,6 +201,7 @@ static mtp_slab_t *slab_acquire(mtp_pool_internal_t *pool, mtp_heap_t *h, unsign
 }
 
 MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls) {
+  mtp__purger_start();
   mtp_heap_t *h = heap_get(pool);
   if (h == NULL) {
     errno = ENOMEM;
@@ -250,6 +253,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
 }
 
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtp_pool_internal_t *pool, size_t size) {
+  mtp__purger_start();
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL)) return mtp__large_alloc(pool, size, 0);
   return mtp__heap_alloc_class(pool, mtp__class_of(size));

@@ -371,6 +371,8 @@ void mtp__pool_lock(mtp_pool_internal_t *p);
 void mtp__pool_unlock(mtp_pool_internal_t *p);
 /* Pool lock held: pages were freed; make sure they are purged in time. */
 void mtp__pool_note_free_pages(mtp_pool_internal_t *p, uint64_t now_ms);
+/* No mtpool lock held: create the purge thread if a notification asked for it. */
+void mtp__purger_start(void);
 /* Pool lock held: release a slab that holds no block. */
 void mtp__pool_release_slab(mtp_pool_internal_t *p, mtp_slab_t *s, uint64_t now_ms);
 /* Pool lock held: list helpers for pool->partial. */

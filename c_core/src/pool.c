@@ -62,8 +62,15 @@ void mtp__pool_release_slab(mtp_pool_internal_t *p, mtp_slab_t *s, uint64_t now_
 
 static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
-static bool purger_started, purger_work;
+static bool purger_work;
 static _Atomic(int) purger_idle = 1; /* 1: nothing scheduled; a notification is needed */
+/* The purge thread is created outside every mtpool lock: pthread_create allocates (the new
+ * thread's DTV), and where mtpool is the process's malloc that allocation comes back into the
+ * pool whose lock the notifier may hold. So mtp__pool_note_free_pages only asks (0 -> 1, under
+ * purger_lock) and mtp__purger_start, called by the allocation slow path while it holds no lock,
+ * creates it (1 -> 2 by CAS: one creator; a nested allocation inside pthread_create sees 2). A
+ * failed creation goes back to 0, and the next notification asks again. */
+static _Atomic(int) purger_state; /* 0: not running, 1: wanted, 2: created or being created */
 
 static size_t purge_pool(mtp_pool_internal_t *p, uint64_t now, bool force, bool *pending) {
   size_t n = 0;
@@ -127,19 +134,25 @@ void mtp__pool_note_free_pages(mtp_pool_internal_t *p, uint64_t now_ms) {
   if (!atomic_compare_exchange_strong(&purger_idle, &idle, 0)) return; /* already scheduled */
   pthread_mutex_lock(&purger_lock);
   purger_work = true;
-  if (!purger_started) {
-    pthread_t tid;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&tid, &attr, purger_main, NULL) == 0)
-      purger_started = true;
-    else
-      atomic_store(&purger_idle, 1); /* try again next time */
-    pthread_attr_destroy(&attr);
-  }
+  int none = 0;
+  atomic_compare_exchange_strong(&purger_state, &none, 1);
   pthread_cond_signal(&purger_cond);
   pthread_mutex_unlock(&purger_lock);
+}
+
+void mtp__purger_start(void) {
+  int want = 1;
+  if (MTP_LIKELY(atomic_load_explicit(&purger_state, memory_order_relaxed) != 1)) return;
+  if (!atomic_compare_exchange_strong(&purger_state, &want, 2)) return;
+  pthread_t tid;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&tid, &attr, purger_main, NULL) != 0) {
+    atomic_store(&purger_state, 0); /* the next notification asks again */
+    atomic_store(&purger_idle, 1);
+  }
+  pthread_attr_destroy(&attr);
 }
 
 /* Checked mode: report a freed block that was written to, before its memory goes away. */
@@ -292,7 +305,7 @@ void mtp__fork_child(void) {
    * can still be freed here, by the remote path); their cache locks may have been held. */
   for (mtp_pool_internal_t *p = mtp__pools; p; p = p->reg_next)
     for (mtp_heap_t *h = p->heaps; h; h = h->pool_next) atomic_store(&h->cache_lock, 0);
-  purger_started = false;
+  atomic_store(&purger_state, 0);
   purger_work = false;
   atomic_store(&purger_idle, 1);
   mtp__fork_parent();
