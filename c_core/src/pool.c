@@ -307,6 +307,9 @@ void mtp__fork_child(void) {
     for (mtp_heap_t *h = p->heaps; h; h = h->pool_next) atomic_store(&h->cache_lock, 0);
   atomic_store(&purger_state, 0);
   purger_work = false;
+  /* The parent's purge thread may have been waiting on the condition variable: its waiter count
+   * came along, and the child's first signal would wait for that waiter forever. Start afresh. */
+  pthread_cond_init(&purger_cond, NULL);
   atomic_store(&purger_idle, 1);
   mtp__fork_parent();
 }
