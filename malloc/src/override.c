@@ -22,6 +22,12 @@
 #include "mtpool/mtpool.h"
 
 #define EXPORT __attribute__((visibility("default")))
+/* Another name for the same function; GCC wants the target's attributes copied onto it. */
+#if defined(__clang__)
+#define ALIAS(target) __attribute__((alias(#target)))
+#else
+#define ALIAS(target) __attribute__((alias(#target), copy(target)))
+#endif
 
 /* C23, declared by glibc 2.43 and later only. */
 EXPORT void free_sized(void *p, size_t size);
@@ -133,16 +139,16 @@ EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
 }
 
 /* Old names, and glibc's internal entry points that a static link or old code may call. */
-EXPORT void cfree(void *p) __attribute__((alias("free"), copy(free)));
-EXPORT void *__libc_malloc(size_t size) __attribute__((alias("malloc"), copy(malloc)));
-EXPORT void __libc_free(void *p) __attribute__((alias("free"), copy(free)));
-EXPORT void *__libc_calloc(size_t n, size_t size) __attribute__((alias("calloc"), copy(calloc)));
-EXPORT void *__libc_realloc(void *p, size_t size) __attribute__((alias("realloc"), copy(realloc)));
-EXPORT void *__libc_memalign(size_t alignment, size_t size) __attribute__((alias("memalign"), copy(memalign)));
-EXPORT void *__libc_valloc(size_t size) __attribute__((alias("valloc"), copy(valloc)));
-EXPORT void *__libc_pvalloc(size_t size) __attribute__((alias("pvalloc"), copy(pvalloc)));
+EXPORT void cfree(void *p) ALIAS(free);
+EXPORT void *__libc_malloc(size_t size) ALIAS(malloc);
+EXPORT void __libc_free(void *p) ALIAS(free);
+EXPORT void *__libc_calloc(size_t n, size_t size) ALIAS(calloc);
+EXPORT void *__libc_realloc(void *p, size_t size) ALIAS(realloc);
+EXPORT void *__libc_memalign(size_t alignment, size_t size) ALIAS(memalign);
+EXPORT void *__libc_valloc(size_t size) ALIAS(valloc);
+EXPORT void *__libc_pvalloc(size_t size) ALIAS(pvalloc);
 EXPORT int __posix_memalign(void **out, size_t alignment, size_t size)
-    __attribute__((alias("posix_memalign"), copy(posix_memalign)));
+    ALIAS(posix_memalign);
 
 /* ---- glibc's extras: trimming, statistics, options ---- */
 

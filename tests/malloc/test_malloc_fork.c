@@ -27,8 +27,33 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* Fork while the purge thread sleeps on its condition variable (the parent is idle); the child
+ * empties slabs, which wakes its own purge thread: that must not wait for the parent's. */
+static void fork_while_purger_idle(void) {
+  enum { N = 20000 };
+  static void *v[N];
+  for (int i = 0; i < N; i++) v[i] = malloc(1000);
+  for (int i = 0; i < N; i++) free(v[i]);
+  usleep(800 * 1000); /* the default purge delay (250 ms) passes: the purge thread goes idle */
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    alarm(20); /* a hang becomes SIGALRM */
+    for (int r = 0; r < 3; r++) {
+      for (int i = 0; i < N; i++) v[i] = malloc(1000);
+      for (int i = 0; i < N; i++) free(v[i]);
+      usleep(300 * 1000);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
+  fork_while_purger_idle();
   pthread_t th[WORKERS];
   for (int i = 0; i < WORKERS; i++)
     CHECK(pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1)) == 0);
