@@ -23,6 +23,11 @@ static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
 
 static void thread_exit(void *arg);
 static void make_key(void) { pthread_key_create(&thread_key, thread_exit); }
+/* Set by this thread's teardown (thread_exit). Other libraries' thread-exit destructors may still
+ * allocate after it, in rounds of destructors that may not call ours again: such a thread keeps
+ * nothing, it hands its heaps back after each allocation (see mtp__heap_alloc_class). */
+static MTP_TLS bool tl_exited;
+static void thread_release(void);
 
 static mtp_thread_t *thread_get(void) {
   mtp_thread_t *t = mtp__tl_thread;
@@ -32,6 +37,7 @@ static mtp_thread_t *thread_get(void) {
   /* Published before pthread_setspecific, which callocs for keys >= 32: where mtpool is the
    * process's malloc, that allocation comes back here and must find this record. */
   mtp__tl_thread = t;
+  if (MTP_UNLIKELY(tl_exited)) return t; /* released after each allocation instead */
   pthread_once(&thread_key_once, make_key);
   pthread_setspecific(thread_key, t);
   t->registered = true;
@@ -249,6 +255,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtp_pool_internal_t *pool, unsigned cls
   s->used++;
   h->allocs++;
   mtp__track_alloc(b, s->block_size);
+  if (MTP_UNLIKELY(tl_exited)) thread_release(); /* the slab goes back, detached, at once */
   return b;
 }
 
@@ -418,10 +425,16 @@ void mtp_thread_flush(void) {
   pthread_mutex_unlock(&mtp__registry_lock);
 }
 
-static void thread_exit(void *arg) {
-  mtp_thread_t *t = arg;
-  if (t == NULL || t != mtp__tl_thread) return;
+static void thread_release(void) {
+  mtp_thread_t *t = mtp__tl_thread;
   mtp_thread_flush();
   mtp__tl_thread = &mtp__thread_empty;
   mtp__meta_free(t, sizeof(*t));
+}
+
+static void thread_exit(void *arg) {
+  mtp_thread_t *t = arg;
+  if (t == NULL || t != mtp__tl_thread) return;
+  tl_exited = true;
+  thread_release();
 }
