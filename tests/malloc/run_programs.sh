@@ -53,7 +53,7 @@ cmds[git]="export HOME=\$PWD GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=a GIT_AUTHOR_
   head -c 300000 $work/lines.txt > big.txt && git add big.txt && git commit -q -m base &&
   for i in \$(seq 1 30); do sed -n \"\$((i * 100)),+400p\" $work/lines.txt > f\$((i % 17)).txt; echo \$i >> big.txt; git add -A; git commit -q -m \"commit \$i\"; done &&
   git gc -q && git fsck --full --strict --no-progress && git log --stat --format='%H %s' | sha256sum && git rev-list --count HEAD && git cat-file -p HEAD~15:big.txt | sha256sum"
-cmds[g++]="g++ -std=c++17 -O2 -frandom-seed=mtpool -o compile_me $here/programs/compile_me.cpp && ./compile_me; echo rc=\$?; objdump -d --no-show-raw-insn compile_me | tail -n +4 | sha256sum"
+cmds[g++]="g++ -std=c++17 -O1 -frandom-seed=mtpool -o compile_me $here/programs/compile_me.cpp && ./compile_me; echo rc=\$?; objdump -d --no-show-raw-insn compile_me | tail -n +4 | sha256sum"
 
 fail=0
 printf '%-8s %10s %10s %8s  %s\n' program glibc_s mtpool_s ratio result

@@ -1,4 +1,4 @@
-// A file for g++ to compile (-O2) under the drop-in malloc: templates, regex, containers and
+// A file for g++ to compile (-O1) under the drop-in malloc: templates, regex, containers and
 // algorithms keep cc1plus allocating.
 #include <algorithm>
 #include <functional>
