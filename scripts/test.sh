@@ -7,19 +7,22 @@
 #   5. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
 #   6. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
 #   7. install, then build a consumer project with find_package(mtpool) and pkg-config
-#   8. clang build, -Werror: every ctest test
-#   9. aarch64: cross-built, the unit, API, multi-threaded, stress, fork and C++ tests under qemu-user
-#  10. Debian packages (cpack): installed with apt-get, the consumer project built against /usr,
+#   8. malloc: the drop-in malloc (libmtpool-malloc.so) in the release build: its tests (ctest -L
+#      malloc), an installed consumer of mtpool::malloc, and real programs (python3, perl, sort,
+#      sqlite3, xz, git, g++) preloaded, compared with glibc's malloc
+#   9. clang build, -Werror: every ctest test
+#  10. aarch64: cross-built, the unit, API, multi-threaded, stress, fork and C++ tests under qemu-user
+#  11. Debian packages (cpack): installed with apt-get, the consumer project built against /usr,
 #      `man -w 3 mtpool`, then the packages removed again
-#  11. ABI: exported symbols, soname and public structure layout equal abi/'s lists
-#  12. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
+#  12. ABI: exported symbols, soname and public structure layout equal abi/'s lists
+#  13. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
 #      every figure measured, the allocator mapped in each server, every server stopped
 # Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
 # subset, e.g. MTPOOL_TEST_STAGES="release asan".
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-stages=${MTPOOL_TEST_STAGES:-"release shared asan tsan fuzz valgrind consumer clang aarch64 package abi servers"}
+stages=${MTPOOL_TEST_STAGES:-"release malloc shared asan tsan fuzz valgrind consumer clang aarch64 package abi servers"}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
 # shellcheck source=lib/install_deps.sh
@@ -109,6 +112,31 @@ for stage in $stages; do
       cmake --build "$out/consumer" >/dev/null
       export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig:$out/prefix/lib/$(gcc -dumpmachine)/pkgconfig"
       run_ctest consumer "$out/consumer"
+      ;;
+    malloc)
+      # A plain release build (sanitizers replace malloc themselves): the release stage's build
+      # directory and flags, so that after that stage nothing is rebuilt.
+      configure_build "$out/release" "mtpool_malloc mtpool_cxx_tests test_malloc_contract \
+        test_malloc_contract_linked test_malloc_new test_malloc_new_linked test_malloc_threads \
+        test_malloc_fork test_malloc_dlopen test_malloc_env mtp_dl_alloc valgrind_target \
+        valgrind_target_linked" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
+      run_ctest malloc "$out/release" -L malloc
+      rm -rf "$out/malloc-prefix" "$out/malloc-consumer"
+      cmake --install "$out/release" --prefix "$out/malloc-prefix" >/dev/null
+      if cmake -S "$here/tests/malloc/consumer" -B "$out/malloc-consumer" \
+           -DCMAKE_PREFIX_PATH="$out/malloc-prefix" >/dev/null &&
+         cmake --build "$out/malloc-consumer" >/dev/null &&
+         "$out/malloc-consumer/malloc_consumer"; then
+        passed=$((passed + 1)); summary+=("malloc consumer (find_package, mtpool::malloc): passed")
+      else
+        failed=$((failed + 1)); summary+=("malloc consumer (find_package, mtpool::malloc): FAILED")
+      fi
+      if bash "$here/tests/malloc/run_programs.sh" "$out/release/malloc/libmtpool-malloc.so" \
+           "$out/malloc-programs"; then
+        passed=$((passed + 1)); summary+=("malloc real programs: passed")
+      else
+        failed=$((failed + 1)); summary+=("malloc real programs: FAILED")
+      fi
       ;;
     clang)
       (export CC=clang CXX=clang++

@@ -224,6 +224,19 @@ MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
  * reserved and free bytes, and totals. Returns 0, EINVAL (out NULL) or EIO. */
 MTP_API int mtp_print_stats(FILE *out) MTP_NOEXCEPT;
 
+/* Return every empty page of every live pool to the OS now (mtp_pool_trim on each pool).
+ * Returns the bytes returned in all. Thread-safe; used by the drop-in malloc's malloc_trim. */
+MTP_API size_t mtp_trim_all(void) MTP_NOEXCEPT;
+
+/* Iterate the live pools' statistics: fills *out for the first live pool whose id is >= *cursor
+ * and moves *cursor past it. Start with *cursor = 0. Returns 0, ENOENT when no pool is left, or
+ * EINVAL if an argument is NULL. Pools created or destroyed meanwhile may be seen or missed. */
+MTP_API int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) MTP_NOEXCEPT;
+
+/* Fill *out with the options pool (NULL: the default pool) runs with, after the environment and
+ * the limits were applied; out->name points to the pool's name. Returns 0, or EINVAL (out NULL). */
+MTP_API int mtp_pool_options(mtp_pool_t *pool, mtp_options_t *out) MTP_NOEXCEPT;
+
 /* Install the misuse handler for the whole process (fn NULL: the default, which prints the fault
  * and the pointer on stderr and aborts). arg is passed back to fn. */
 MTP_API void mtp_set_error_handler(mtp_error_fn fn, void *arg) MTP_NOEXCEPT;

@@ -1,5 +1,7 @@
 /* Public entry points for pools: the default pool, create, destroy, trim, name. Checked pools
  * are scanned for late writes into freed blocks before their memory goes. Layer: api. */
+#include <errno.h>
+
 #include "heap/heap.h"
 
 mtp_pool_t *mtp_default_pool(void) { return mtp__pool_out(mtp__default()); }
@@ -26,4 +28,20 @@ size_t mtp_pool_trim(mtp_pool_t *pool_) {
   mtpi_pool_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
   mtp__checked_scan(p);
   return mtp__pool_trim(p);
+}
+
+size_t mtp_trim_all(void) {
+  mtp__default();
+  return mtp__pool_trim_all();
+}
+
+int mtp_pool_options(mtp_pool_t *pool_, mtp_options_t *out) {
+  if (out == NULL) return EINVAL;
+  mtpi_pool_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
+  mtp_options_init(out);
+  out->name = p->name;
+  out->purge_delay_ms = p->purge_delay_ms;
+  out->thread_cache_bytes = p->thread_cache_bytes;
+  out->check = p->check;
+  return 0;
 }

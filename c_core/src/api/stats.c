@@ -153,3 +153,20 @@ int mtp_print_stats(FILE *out) {
             tb ? (double)tu / (double)tb : 0.0, tr, tf);
   return rc ? EIO : 0;
 }
+
+int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) {
+  if (cursor == NULL || out == NULL) return EINVAL;
+  mtp__default();
+  for (uint32_t id = *cursor; id < MTP_MAX_POOLS; id++) {
+    pthread_mutex_lock(&mtp__registry_lock);
+    mtpi_pool_t *p = mtp__pool_by_id(id);
+    if (p) stats_collect(p, out);
+    pthread_mutex_unlock(&mtp__registry_lock);
+    if (p) {
+      *cursor = id + 1;
+      return 0;
+    }
+  }
+  *cursor = MTP_MAX_POOLS;
+  return ENOENT;
+}

@@ -460,6 +460,21 @@ size_t mtp__pool_trim(mtpi_pool_t *p) {
   return n;
 }
 
+size_t mtp__pool_trim_all(void) {
+  size_t n = 0;
+  pthread_mutex_lock(&mtp__registry_lock); /* no pool is destroyed meanwhile */
+  uint64_t now = mtp__os_now_ms();
+  for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
+    mtpi_pool_t *p = pool_ids[id];
+    if (p == NULL) continue;
+    mtp__pool_lock(p);
+    n += purge_pool(p, now, true, NULL);
+    (void)mtp__pool_unlock_defer(p); /* everything was purged */
+  }
+  pthread_mutex_unlock(&mtp__registry_lock);
+  return n;
+}
+
 /* ---- fork: hold every lock across fork() so the child finds them consistent ---- */
 
 void mtp__fork_prepare(void) {

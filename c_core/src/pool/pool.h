@@ -39,6 +39,8 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *opt, bool is_default);
 void mtp__pool_free(mtpi_pool_t *p);
 /* Return every empty page of p now, cached slabs included. Returns the bytes returned. */
 size_t mtp__pool_trim(mtpi_pool_t *p);
+/* mtp__pool_trim for every live pool, under the registry lock. */
+size_t mtp__pool_trim_all(void);
 
 /* The pool whose region holds page descriptor s. */
 static inline mtpi_pool_t *mtp__pool_of_page(const mtpi_page_t *s) {

@@ -1,0 +1,34 @@
+#!/bin/sh
+# libmtpool-malloc.so exports exactly the allocation functions (C and C++) and mtp_*, every one
+# unversioned, with default visibility; nothing internal leaks.
+set -eu
+lib=$1
+syms=$(nm -D --defined-only "$lib" | awk '{print $3}')
+want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
+malloc_usable_size free_sized free_aligned_sized cfree malloc_trim mallinfo mallinfo2 mallopt
+malloc_stats malloc_info __libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign
+__libc_valloc __libc_pvalloc __posix_memalign
+_Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t _ZnwmSt11align_val_t _ZnamSt11align_val_t
+_ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t _ZdlPv _ZdaPv _ZdlPvm
+_ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
+_ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t _ZdlPvSt11align_val_tRKSt9nothrow_t
+_ZdaPvSt11align_val_tRKSt9nothrow_t mtp_alloc mtp_free mtp_realloc mtp_pool_of"
+fail=0
+for s in $want; do
+  echo "$syms" | grep -qx "$s" || { echo "not exported: $s"; fail=1; }
+done
+for s in $syms; do
+  case " $(echo $want) " in *" $s "*) continue ;; esac
+  case $s in mtp_*) continue ;; esac
+  echo "exported but should not be: $s"; fail=1
+done
+# unversioned: no @ in the dynamic symbol table for our definitions
+if nm -D --defined-only --with-symbol-versions "$lib" 2>/dev/null | grep -q '@'; then
+  echo "versioned definitions:"; nm -D --defined-only --with-symbol-versions "$lib" | grep '@' | head; fail=1
+fi
+# default visibility, global functions
+if readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && $8 != "" && NR > 3 {print $5, $6}' | grep -v '^GLOBAL DEFAULT$' | grep -q .; then
+  echo "non-global or non-default dynamic symbols:"; readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && NR > 3' | grep -v 'GLOBAL DEFAULT' | head; fail=1
+fi
+[ $fail = 0 ] && echo "$(echo "$syms" | wc -l) symbols exported, all expected, unversioned"
+exit $fail
