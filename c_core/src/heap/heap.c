@@ -26,6 +26,12 @@ static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
 static int key_state; /* written in the once and by the destructor (no thread runs mtpool then) */
 
 static void thread_exit(void *arg);
+static void thread_release(void);
+/* Set by this thread's teardown (thread_exit). Other libraries' thread-exit destructors may still
+ * allocate after it, in a round of destructors that may not call ours again (the last of the C
+ * library's PTHREAD_DESTRUCTOR_ITERATIONS): such a thread keeps nothing, it hands its heaps back
+ * after each allocation (mtp__heap_alloc_class) and registers no record. */
+static MTP_TLS bool tl_exited;
 static void make_key(void) {
   key_state = pthread_key_create(&thread_key, thread_exit) == 0 ? KEY_OK : KEY_FAILED;
 }
@@ -47,9 +53,8 @@ static mtpi_thread_t *thread_get(void) {
   /* Set before pthread_setspecific, which may allocate (keys >= 32 get a second-level array):
    * a malloc routed into mtpool from there finds this record instead of making another. */
   mtp__tl_thread = t;
-  /* Registering again after thread_exit ran (a later key destructor allocated) re-arms the key:
-   * the C library calls thread_exit once more, up to PTHREAD_DESTRUCTOR_ITERATIONS rounds.
-   * After unload or exit began (KEY_DELETED) the record is served unregistered. */
+  if (MTP_UNLIKELY(tl_exited)) return t; /* released after each allocation instead */
+  /* After unload or exit began (KEY_DELETED) the record is served unregistered. */
   if (key_state == KEY_OK && pthread_setspecific(thread_key, t) != 0) {
     mtp_thread_flush(); /* heaps a re-entrant allocation made */
     mtp__tl_thread = &mtp__thread_empty;
@@ -194,6 +199,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   mtpi_block_t *b = mtp__slab_pop(s);
   MTP_ASSERT(b != NULL);
   h->m.allocs++;
+  if (MTP_UNLIKELY(tl_exited)) thread_release(); /* the slab goes back, detached, at once */
   return b;
 }
 
@@ -348,12 +354,18 @@ void mtp_thread_flush(void) {
   if (wake) mtp__purger_wake(); /* no lock held: it may create the purge thread */
 }
 
-static void thread_exit(void *arg) {
-  mtpi_thread_t *t = arg;
-  if (t == NULL || t != mtp__tl_thread) return;
+static void thread_release(void) {
+  mtpi_thread_t *t = mtp__tl_thread;
   mtp_thread_flush();
   mtp__tl_thread = &mtp__thread_empty;
   mtp__meta_free(t, sizeof(*t));
+}
+
+static void thread_exit(void *arg) {
+  mtpi_thread_t *t = arg;
+  if (t == NULL || t != mtp__tl_thread) return;
+  tl_exited = true;
+  thread_release();
 }
 
 /* ---- validity (MTP_DEBUG 2) ---- */
