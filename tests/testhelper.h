@@ -262,6 +262,20 @@ static inline char *th_slurp_fd(int fd) {
   return buf;
 }
 
+/* Run child() in a forked process and check that it exited with status 0 (a signal or another
+ * status fails the test, with the reason on stderr): for tests whose subject may crash. */
+static inline void th_fork_check(int (*child)(void)) {
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) _exit(child());
+  int st = 0;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  if (WIFSIGNALED(st)) fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
+  CHECK(WIFEXITED(st));
+  CHECK_EQ_SZ(WEXITSTATUS(st), 0);
+}
+
 static inline int th_tmpfile(void) {
   char path[] = "/tmp/mtp_test_XXXXXX";
   int fd = mkstemp(path);

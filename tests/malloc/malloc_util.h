@@ -9,30 +9,7 @@
 #include <stdlib.h>
 
 #include "mtpool/mtpool.h"
-#ifndef __cplusplus
-#include "testhelper.h"
-#else /* testhelper.h is C: the same macros for the C++ test */
-static int th_checks;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    th_checks++;                                                               \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-#define RUN(test)                            \
-  do {                                       \
-    fprintf(stderr, "[ RUN  ] %s\n", #test); \
-    test();                                  \
-    fprintf(stderr, "[  OK  ] %s\n", #test); \
-  } while (0)
-#define DONE()                                                \
-  do {                                                        \
-    fprintf(stderr, "all passed (%d checks)\n", th_checks); \
-    return 0;                                                 \
-  } while (0)
-#endif
+#include "testhelper.h" /* C and C++ */
 
 typedef mtp_pool_t *(*mu_pool_of_fn)(const void *);
 typedef int (*mu_stats_fn)(mtp_pool_t *, mtp_stats_t *);

@@ -50,17 +50,7 @@ static int child(void) {
   return reports == 0 ? 0 : 1;
 }
 
-static void test_overflow_past_large_blocks(void) {
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) _exit(child());
-  int st = 0;
-  CHECK(waitpid(pid, &st, 0) == pid);
-  if (WIFSIGNALED(st)) fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
-  CHECK(WIFEXITED(st));
-  CHECK_EQ_SZ(WEXITSTATUS(st), 0);
-}
+static void test_overflow_past_large_blocks(void) { th_fork_check(child); }
 
 int main(void) {
   RUN(test_overflow_past_large_blocks);
