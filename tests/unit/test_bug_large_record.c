@@ -16,7 +16,7 @@
 
 #include "mtpool/mtpool.h"
 #include "testhelper.h"
-#ifdef TH_ASAN
+#if TH_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -29,7 +29,7 @@ static void on_error(int err, const char *msg, void *p, void *arg) {
 
 static int accessible(int fd[2], uintptr_t at) {
   char c;
-#ifdef TH_ASAN
+#if TH_ASAN
   /* ASan's own memory (shadow "internal") may follow a mapping: not ours, and not to be probed */
   if (__asan_address_is_poisoned((const void *)at)) return 0;
 #endif
