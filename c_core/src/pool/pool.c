@@ -222,7 +222,15 @@ void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s) {
 
 static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
-static bool purger_started, purger_work, purger_stop, purger_joinable; /* purger_lock */
+static bool purger_started, purger_work, purger_joinable; /* purger_lock */
+/* purger_lock. stop: for good (unload, exit); halt: until the thread is joined (fork). */
+static bool purger_stop, purger_halt;
+/* Held across the purge thread's creation, and taken first by the fork handler: a fork never
+ * happens while pthread_create runs (a sanitizer's allocator lock held by that thread would stay
+ * locked in the child for ever). A nested allocation inside pthread_create does not come back
+ * here: purger_idle is already 0, so its wake returns at once. */
+static pthread_mutex_t purger_create_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool purger_quit(void) { return purger_stop || purger_halt; }
 static pthread_t purger_tid;                                          /* purger_lock */
 /* 1: nothing scheduled, a wake is needed. seq_cst: the purger's store of 1 before it scans and
  * a freer's CAS 1 -> 0 after it freed must not both miss each other's effects (a store-load
@@ -260,21 +268,21 @@ static void purger_sleep(long ms) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
-  while (!purger_stop && pthread_cond_timedwait(&purger_cond, &purger_lock, &ts) == 0) {
+  while (!purger_quit() && pthread_cond_timedwait(&purger_cond, &purger_lock, &ts) == 0) {
   }
 }
 
 static void *purger_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&purger_lock);
-  while (!purger_stop) {
+  while (!purger_quit()) {
     if (!purger_work) {
       pthread_cond_wait(&purger_cond, &purger_lock);
       continue;
     }
     purger_work = false;
     bool pending = true;
-    while (pending && !purger_stop) {
+    while (pending && !purger_quit()) {
       /* Sleep a quarter of the shortest delay among pools with work, then purge what is due. */
       long delay = 1000;
       pthread_mutex_unlock(&purger_lock);
@@ -286,7 +294,7 @@ static void *purger_main(void *arg) {
       pthread_mutex_unlock(&mtp__registry_lock);
       pthread_mutex_lock(&purger_lock);
       purger_sleep(delay / 4 + 1);
-      if (purger_stop) break;
+      if (purger_quit()) break;
       pthread_mutex_unlock(&purger_lock);
       pending = false;
       mtp__int_store_seq_cst(&purger_idle, 1);
@@ -310,39 +318,54 @@ static void *purger_main(void *arg) {
 void mtp__purger_wake(void) {
   int idle = 1;
   if (!mtp__int_cas_strong_seq_cst(&purger_idle, &idle, 0)) return; /* already scheduled */
+  /* No pool, registry or purger lock is held here: pthread_create may allocate (and so re-enter
+   * mtpool, whose wake then returns above). */
+  pthread_mutex_lock(&purger_create_lock);
   pthread_mutex_lock(&purger_lock);
   purger_work = true;
   bool start = !purger_started && !purger_stop;
   if (start) purger_started = true; /* this thread creates it */
   pthread_cond_signal(&purger_cond);
   pthread_mutex_unlock(&purger_lock);
-  if (!start) return;
-  /* No lock held: pthread_create may allocate (and so re-enter mtpool). */
-  pthread_t tid;
-  bool ok = pthread_create(&tid, NULL, purger_main, NULL) == 0;
-  pthread_mutex_lock(&purger_lock);
-  if (ok) {
-    purger_tid = tid;
-    purger_joinable = true;
-  } else {
-    purger_started = false; /* try again at the next wake */
+  bool ok = true;
+  if (start) {
+    pthread_t tid;
+    ok = pthread_create(&tid, NULL, purger_main, NULL) == 0;
+    pthread_mutex_lock(&purger_lock);
+    if (ok) {
+      purger_tid = tid;
+      purger_joinable = true;
+    } else {
+      purger_started = false; /* try again at the next wake */
+    }
+    pthread_mutex_unlock(&purger_lock);
   }
-  pthread_mutex_unlock(&purger_lock);
+  pthread_mutex_unlock(&purger_create_lock);
   if (!ok) mtp__int_store_seq_cst(&purger_idle, 1);
 }
 
 /* At unload (dlclose of a library that carries mtpool) and at exit: the purge thread must not
  * outlive the code it runs. */
-__attribute__((destructor)) static void purger_shutdown(void) {
+/* Stop the purge thread and wait for it (it finishes the pass it is in); returns whether one ran.
+ * forever: never start one again (unload, exit); else the next wake starts a new one. */
+static bool purger_join(bool forever) {
   pthread_mutex_lock(&purger_lock);
-  purger_stop = true;
+  if (forever) purger_stop = true;
+  purger_halt = true;
   bool join = purger_joinable;
   purger_joinable = false;
   pthread_t tid = purger_tid;
   pthread_cond_broadcast(&purger_cond);
   pthread_mutex_unlock(&purger_lock);
   if (join) (void)pthread_join(tid, NULL);
+  pthread_mutex_lock(&purger_lock);
+  purger_halt = false;
+  purger_started = false;
+  pthread_mutex_unlock(&purger_lock);
+  return join;
 }
+
+__attribute__((destructor)) static void purger_shutdown(void) { (void)purger_join(true); }
 
 /* ---- create, destroy, trim ---- */
 
@@ -477,7 +500,14 @@ size_t mtp__pool_trim_all(void) {
 
 /* ---- fork: hold every lock across fork() so the child finds them consistent ---- */
 
+/* The purge thread is stopped across fork(): no thread of the parent's but the forking one exists
+ * then, so the child inherits no half-held lock of it (the purger's, a sanitizer's) and no thread
+ * record of it; the parent starts it again afterwards, the child at its first wake. */
+static bool purger_was_running; /* written by the forking thread, under purger_create_lock */
+
 void mtp__fork_prepare(void) {
+  pthread_mutex_lock(&purger_create_lock);
+  purger_was_running = purger_join(false);
   pthread_mutex_lock(&mtp__registry_lock);
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) mtp__pool_lock(mtp__pool_from_reg(it));
   pthread_mutex_lock(&mtp__large_lock);
@@ -485,7 +515,7 @@ void mtp__fork_prepare(void) {
   pthread_mutex_lock(&purger_lock);
 }
 
-void mtp__fork_parent(void) {
+static void unlock_all(void) {
   pthread_mutex_unlock(&purger_lock);
   pthread_mutex_unlock(&mtp__meta_lock);
   pthread_mutex_unlock(&mtp__large_lock);
@@ -496,20 +526,26 @@ void mtp__fork_parent(void) {
   pthread_mutex_unlock(&mtp__registry_lock);
 }
 
+void mtp__fork_parent(void) {
+  unlock_all();
+  bool restart = purger_was_running;
+  pthread_mutex_unlock(&purger_create_lock);
+  if (restart) { /* it may have had pages to purge: a new one looks */
+    mtp__int_store_seq_cst(&purger_idle, 1);
+    mtp__purger_wake();
+  }
+}
+
 void mtp__fork_child(void) {
   /* Only the forking thread lives on. Heaps of the other threads keep their slabs (their blocks
    * can still be freed here, by the remote path); their cache locks may have been held. */
   for (mtpi_node_t *it = mtp__pools; it; it = it->next)
     for (mtpi_node_t *m = mtp__pool_from_reg(it)->members; m; m = m->next)
       mtp__int_store_relaxed(&member_of(m)->cache_lock, 0); /* single-threaded here */
-  purger_started = false;
-  purger_joinable = false; /* the parent's purger does not exist here */
-  /* The parent's purger may have been waiting on the condition: its waiter state was copied but
-   * the waiter does not exist here, and a broadcast would wait for it for ever. No thread of the
-   * child waits on it yet, so it can be made afresh. */
-  static const pthread_cond_t fresh = PTHREAD_COND_INITIALIZER;
-  memcpy(&purger_cond, &fresh, sizeof(fresh));
+  /* The purger was joined before the fork (started and joinable are false): nobody waits on its
+   * condition, and the child starts its own at its first wake. */
   purger_work = false;
   mtp__int_store_seq_cst(&purger_idle, 1);
-  mtp__fork_parent();
+  unlock_all();
+  pthread_mutex_unlock(&purger_create_lock);
 }
