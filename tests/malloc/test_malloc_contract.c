@@ -146,12 +146,12 @@ static void test_aligned_alloc_memalign(void) {
     free(p);
   }
   errno = 0;
-  CHECK(aligned_alloc(24, 48) == NULL && errno == EINVAL);
+  CHECK(aligned_alloc(big(24), 48) == NULL && errno == EINVAL);
   errno = 0;
-  CHECK(aligned_alloc(0, 48) == NULL && errno == EINVAL);
+  CHECK(aligned_alloc(big(0), 48) == NULL && errno == EINVAL);
   errno = 0;
   CHECK(aligned_alloc(64, big(SIZE_MAX - 100)) == NULL && errno == ENOMEM);
-  void *p = memalign(24, 10); /* rounded up to 32 */
+  void *p = memalign(big(24), 10); /* rounded up to 32 */
   CHECK(mu_owned(p) && (uintptr_t)p % 32 == 0);
   free(p);
   errno = 0;
