@@ -141,8 +141,10 @@ for stage in $stages; do
     clang)
       (export CC=clang CXX=clang++
        configure_build "$out/clang" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-      # the header checks already ran with both compilers in the release stage
-      run_ctest clang "$out/clang" -E '^cxx_headers_'
+      # The header checks already ran with both compilers in the release stage. Debian 12's
+      # Valgrind (3.19) cannot read clang 14's DWARF 5 debug information: the Valgrind runs of the
+      # drop-in malloc stay with the gcc builds (stages malloc and valgrind).
+      run_ctest clang "$out/clang" -E '^(cxx_headers_|malloc_valgrind_)'
       ;;
     aarch64)
       # GoogleTest cross-built from Debian's sources (libgtest-dev), once, for the C++ suite.
