@@ -224,6 +224,17 @@ EXPORT int mallopt(int param, int value) {
 EXPORT void malloc_stats(void) { mtp_print_stats(stderr); }
 
 /* XML in the shape of glibc's: one <heap> per pool, then the totals. */
+/* malloc_info's totals of one pool or of all, then the closing tag. Nonzero if a write failed. */
+static int info_totals(FILE *out, const mtp_stats_t *st, const char *close) {
+  return fprintf(out, "<total type=\"inuse\" count=\"%zu\" size=\"%zu\"/>\n"
+                      "<total type=\"free\" size=\"%zu\"/>\n"
+                      "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
+                      "<system type=\"current\" size=\"%zu\"/>\n"
+                      "<aspace type=\"total\" size=\"%zu\"/>\n</%s>\n",
+                 st->blocks_in_use, st->bytes_in_use, st->bytes_free, st->large_blocks,
+                 st->large_bytes, st->bytes_reserved, st->bytes_mapped, close) < 0;
+}
+
 EXPORT int malloc_info(int options, FILE *out) {
   if (options != 0 || out == NULL) return EINVAL;
   mtp_stats_t st;
@@ -239,22 +250,11 @@ EXPORT int malloc_info(int options, FILE *out) {
                     cs->block_size, cs->block_size, cs->blocks_in_use * cs->block_size,
                     cs->blocks_in_use) < 0;
     }
-    rc |= fprintf(out, "</sizes>\n<total type=\"inuse\" count=\"%zu\" size=\"%zu\"/>\n"
-                       "<total type=\"free\" size=\"%zu\"/>\n"
-                       "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
-                       "<system type=\"current\" size=\"%zu\"/>\n"
-                       "<aspace type=\"total\" size=\"%zu\"/>\n</heap>\n",
-                  st.blocks_in_use, st.bytes_in_use, st.bytes_free, st.large_blocks,
-                  st.large_bytes, st.bytes_reserved, st.bytes_mapped) < 0;
+    rc |= fprintf(out, "</sizes>\n") < 0;
+    rc |= info_totals(out, &st, "heap");
   }
   stats_total(&st);
-  rc |= fprintf(out, "<total type=\"inuse\" count=\"%zu\" size=\"%zu\"/>\n"
-                     "<total type=\"free\" size=\"%zu\"/>\n"
-                     "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
-                     "<system type=\"current\" size=\"%zu\"/>\n"
-                     "<aspace type=\"total\" size=\"%zu\"/>\n</malloc>\n",
-                st.blocks_in_use, st.bytes_in_use, st.bytes_free, st.large_blocks,
-                st.large_bytes, st.bytes_reserved, st.bytes_mapped) < 0;
+  rc |= info_totals(out, &st, "malloc");
   return rc ? EIO : 0;
 }
 
