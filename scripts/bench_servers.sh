@@ -10,7 +10,8 @@
 #                                            is missing); writes build-servers/quick/servers.md
 # Options: --allocs "glibc mtpool ..." (subset), --out DIR (where the table, chart and raw lines go).
 # Environment: MTPOOL_MALLOC_LIB=/path/libmtpool-malloc.so overrides the library found in the
-# build tree (build-servers/, configured and built here); SRV_REPS, SRV_ENTRIES, SRV_OBJECTS,
+# build tree (build-servers/, configured and built here), MTPOOL_LIB_<alloc>=/path any allocator's
+# (bench/tools/common.sh, malloc_lib); SRV_REPS, SRV_ENTRIES, SRV_OBJECTS,
 # SRV_SECONDS, SRV_SQUID_VARIANTS, SRV_SQUID_POOL_ALLOCS override the sizes (bench/servers/run.sh).
 # Installs its Debian packages when run as root (through bench/tools/common.sh). Every server it
 # starts listens on 127.0.0.1 only, on a free high port, and is stopped by its PID; the system's
@@ -45,9 +46,8 @@ for tool in /usr/sbin/slapd /usr/sbin/slapadd /usr/sbin/squid; do
 done
 
 # The project, configured in a build tree of its own; only the drop-in malloc library is built.
-# MTPOOL_BUILD_BENCH=ON for peers.env (where the seed benchmark finds tcmalloc, jemalloc, mimalloc).
 mkdir -p "$BUILD"
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_BENCH=ON \
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_BENCH=OFF \
   -DMTPOOL_BUILD_TESTS=OFF -DMTPOOL_BUILD_EXAMPLES=OFF >"$BUILD/servers-configure.log" 2>&1 ||
   { tail -30 "$BUILD/servers-configure.log"; exit 1; }
 malloc_target=$(cmake --build "$BUILD" --target help 2>/dev/null | grep -oE 'mtpool[_-]malloc\b' | head -1 || true)
@@ -55,9 +55,6 @@ if [ -n "$malloc_target" ]; then
   cmake --build "$BUILD" -j2 --target "$malloc_target" >"$BUILD/servers-build.log" 2>&1 ||
     { tail -30 "$BUILD/servers-build.log"; exit 1; }
 fi
-# shellcheck disable=SC1091
-. "$BUILD/bench/peers.env"
-
 # The load tools (bench/servers/*.c), warnings as errors.
 tools=$BUILD/servers-tools
 mkdir -p "$tools"
@@ -68,12 +65,11 @@ for t in http_origin http_load ldap_load; do
   gcc -O2 -Wall -Wextra -Werror -pthread -o "$tools/$t" "$ROOT/bench/servers/$t.c" $libs
 done
 
-# Which library each allocator preloads (glibc: none).
-mt_lib=${MTPOOL_MALLOC_LIB:-$(find "$BUILD" -name 'libmtpool-malloc.so' -type f 2>/dev/null | head -1)}
-tbb_lib=$(ldconfig -p | awk '/libtbbmalloc_proxy\.so\.2 / {print $NF; exit}')
-export SRV_LIB_glibc=""
-export SRV_LIB_mtpool=$mt_lib SRV_LIB_mimalloc=${mimalloc:-} SRV_LIB_jemalloc=${jemalloc:-}
-export SRV_LIB_tcmalloc=${tcmalloc:-} SRV_LIB_tbbmalloc=$tbb_lib
+# Which library each allocator preloads (glibc: none), resolved by bench/tools/common.sh.
+mt_lib=$(malloc_lib mtpool) || true
+for a in glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc; do
+  export "SRV_LIB_$a=$(malloc_lib $a || true)"
+done
 have() { [ "$1" = glibc ] && return 0; local v="SRV_LIB_$1"; [ -n "${!v:-}" ] && [ -e "${!v}" ]; }
 if [ -n "$mt_lib" ] && [ -e "$mt_lib" ]; then
   note "mtpool: $mt_lib"

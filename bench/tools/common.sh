@@ -1,4 +1,4 @@
-# Shared by scripts/bench.sh and scripts/bench_full.sh (sourced, not run).
+# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh and bench_gp.sh (sourced, not run).
 # Expects ROOT (the repository) and BUILD (the build directory) to be set.
 
 note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
@@ -7,9 +7,10 @@ note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
 . "$ROOT/scripts/lib/install_deps.sh"
 
 # Install what is missing (as root), or say what is missing and go on: peers are optional.
+# BENCH_PACKAGES, when set, is the calling script's own list (default: the suite's).
 bench_install_deps() {
   # shellcheck disable=SC2086 # the list is words
-  install_deps optional $MTPOOL_BENCH_PACKAGES || true
+  install_deps optional ${BENCH_PACKAGES:-$MTPOOL_BENCH_PACKAGES} || true
   note "packages checked"
 }
 
@@ -27,6 +28,32 @@ bench_build() {
   GBENCH="$BUILD/bench/mtpool_bench"
   # shellcheck disable=SC1091
   . "$BUILD/bench/peers.env"
+}
+
+# malloc_lib NAME: prints the library that LD_PRELOAD takes to run a program on the malloc NAME
+# (glibc, mtpool, mimalloc, jemalloc, tcmalloc, tbbmalloc); glibc needs none and prints nothing.
+# MTPOOL_LIB_<NAME>=/path overrides the search (a machine without apt-get: any copy of the
+# library); for mtpool MTPOOL_MALLOC_LIB too, then libmtpool-malloc.so under $BUILD; the peers
+# are found by soname in the loader's cache (Debian: libmimalloc2.0, libjemalloc2,
+# libtcmalloc-minimal4, libtbbmalloc2). Returns 1 when NAME has no library on this machine.
+malloc_lib() {
+  local var="MTPOOL_LIB_$1" lib="" soname="" ldconfig
+  case $1 in
+    glibc) return 0 ;;
+    mtpool) lib=${!var:-${MTPOOL_MALLOC_LIB:-}}
+      [ -n "$lib" ] || lib=$(find "$BUILD" -name 'libmtpool-malloc.so' -type f 2>/dev/null | head -1) ;;
+    mimalloc) soname=libmimalloc.so.2 ;;
+    jemalloc) soname=libjemalloc.so.2 ;;
+    tcmalloc) soname=libtcmalloc_minimal.so.4 ;;
+    tbbmalloc) soname=libtbbmalloc_proxy.so.2 ;;
+    *) return 1 ;;
+  esac
+  if [ -n "$soname" ]; then
+    lib=${!var:-}
+    ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+    [ -n "$lib" ] || lib=$("$ldconfig" -p 2>/dev/null | awk -v s="$soname" '$1 == s {print $NF; exit}')
+  fi
+  [ -n "$lib" ] && [ -e "$lib" ] && echo "$lib"
 }
 
 # Allocators to run: every family built into the driver, then the malloc replacements.
@@ -100,5 +127,5 @@ machine_line() {
   kernel=$(uname -r)
   local rev
   rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
-  echo "$cpu, $cores cores, $mem RAM, Linux $kernel, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1), mtpool tree $rev, $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "$cpu, $cores cores, $mem RAM, Linux $kernel, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version 2>/dev/null | head -1), mtpool tree $rev, $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
