@@ -1,0 +1,568 @@
+/* General-purpose allocation workloads, one per process, through plain malloc/free/realloc.
+ *
+ *   gp_bench --test NAME --threads N [--scale X] [--alloc LABEL]
+ *   gp_bench --list
+ *
+ * The allocator is whatever the process's malloc is (scripts/bench_gp.sh preloads each one).
+ * Every workload does a fixed amount of work (per thread, except `tree`: one million nodes per
+ * run, split among the threads), so the time is the result; it computes a checksum that depends
+ * only on the work, never on the allocator or on thread timing, and prints one JSON line: test,
+ * threads, scale, label, the malloc actually in use (found by its symbols, so a preload that
+ * silently failed shows), wall, user and system seconds, peak RSS, minor faults, checksum.
+ * Exit 0 on success, 1 when memory runs out or a block's contents were wrong, 2 on bad usage.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double g_scale = 1.0;
+static int g_threads = 1;
+
+static void die(const char *what) {
+  fprintf(stderr, "gp_bench: %s\n", what);
+  exit(1);
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n);
+  if (!p) die("out of memory");
+  return p;
+}
+
+/* Work units scaled by --scale, never below 1. */
+static long scaled(double base) {
+  double v = base * g_scale;
+  return v < 1 ? 1 : (long)v;
+}
+
+/* xorshift64*: one generator per thread, seeded from the test and thread index. */
+typedef struct { uint64_t s; } rng_t;
+static void rng_seed(rng_t *r, uint64_t test, uint64_t idx) {
+  r->s = 0x9E3779B97F4A7C15ull * (test * 1000003u + idx + 1) ^ 0xD1B54A32D192ED03ull;
+  if (!r->s) r->s = 1;
+}
+static uint64_t rng_next(rng_t *r) {
+  r->s ^= r->s >> 12;
+  r->s ^= r->s << 25;
+  r->s ^= r->s >> 27;
+  return r->s * 0x2545F4914F6CDD1Dull;
+}
+/* Uniform in [lo, hi]. */
+static size_t rng_range(rng_t *r, size_t lo, size_t hi) { return lo + rng_next(r) % (hi - lo + 1); }
+/* Skewed towards lo: the smaller of two uniform draws (small sizes are the common case). */
+static size_t rng_small(rng_t *r, size_t lo, size_t hi) {
+  size_t a = rng_range(r, lo, hi), b = rng_range(r, lo, hi);
+  return a < b ? a : b;
+}
+/* Log-uniform in [lo, hi]: as many 64-128 KiB blocks as 2-4 MiB ones. */
+static size_t rng_log(rng_t *r, size_t lo, size_t hi) {
+  int span = 0;
+  while ((lo << (span + 1)) <= hi) span++;
+  size_t base = lo << (rng_next(r) % (uint64_t)(span + 1));
+  size_t top = base * 2 > hi ? hi : base * 2;
+  return rng_range(r, base, top);
+}
+
+/* A block stamped with a value at both ends; freeing it reads the value back into a checksum,
+ * so that lost or overlapping blocks change the result. */
+static void stamp(unsigned char *p, size_t n, uint64_t v) {
+  memcpy(p, &v, sizeof v);
+  p[n - 1] = (unsigned char)v;
+}
+static uint64_t unstamp(const unsigned char *p, size_t n) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  if (p[n - 1] != (unsigned char)v) die("block contents changed (allocator gave out a live block?)");
+  return v;
+}
+
+typedef struct {
+  int idx;
+  pthread_t tid;
+  uint64_t sum;
+  void *arg; /* workload-specific */
+} worker_t;
+
+static void run_threads(void *(*fn)(void *), worker_t *w, int n) {
+  for (int i = 0; i < n; i++)
+    if (pthread_create(&w[i].tid, NULL, fn, &w[i])) die("pthread_create failed");
+  for (int i = 0; i < n; i++) pthread_join(w[i].tid, NULL);
+}
+
+/* ---- larson: server churn, live blocks handed to a new thread each round ------------------- */
+#define LARSON_SLOTS 1000
+#define LARSON_MAX_ROUNDS 64
+typedef struct {
+  unsigned char *blk[LARSON_SLOTS];
+  size_t len[LARSON_SLOTS];
+  rng_t rng;
+  int round, rounds;
+  long ops;
+  uint64_t sum;
+  pthread_t tid[LARSON_MAX_ROUNDS]; /* tid[r+1] is written by round r's thread before it exits;
+                                       main reads it after joining tid[r] */
+} larson_chain_t;
+
+static void *larson_round(void *arg) {
+  larson_chain_t *c = arg;
+  for (long i = 0; i < c->ops; i++) {
+    size_t k = rng_next(&c->rng) % LARSON_SLOTS;
+    c->sum += unstamp(c->blk[k], c->len[k]);
+    free(c->blk[k]);
+    c->len[k] = rng_small(&c->rng, 16, 1024);
+    c->blk[k] = xmalloc(c->len[k]);
+    stamp(c->blk[k], c->len[k], rng_next(&c->rng));
+  }
+  /* The live blocks go to a new thread; this one exits, so they are freed by a thread that did
+   * not allocate them while their allocating thread is gone. */
+  if (++c->round < c->rounds && pthread_create(&c->tid[c->round], NULL, larson_round, c))
+    die("pthread_create failed");
+  return NULL;
+}
+
+static uint64_t t_larson(void) {
+  const int rounds = 20;
+  larson_chain_t *c = xmalloc(sizeof *c * (size_t)g_threads);
+  for (int t = 0; t < g_threads; t++) {
+    rng_seed(&c[t].rng, 1, (uint64_t)t);
+    c[t].round = 0;
+    c[t].rounds = rounds;
+    c[t].ops = scaled(250000);
+    c[t].sum = 0;
+    for (int k = 0; k < LARSON_SLOTS; k++) {
+      c[t].len[k] = rng_small(&c[t].rng, 16, 1024);
+      c[t].blk[k] = xmalloc(c[t].len[k]);
+      stamp(c[t].blk[k], c[t].len[k], rng_next(&c[t].rng));
+    }
+  }
+  for (int t = 0; t < g_threads; t++)
+    if (pthread_create(&c[t].tid[0], NULL, larson_round, &c[t])) die("pthread_create failed");
+  uint64_t sum = 0;
+  for (int t = 0; t < g_threads; t++) {
+    for (int r = 0; r < rounds; r++) pthread_join(c[t].tid[r], NULL);
+    for (int k = 0; k < LARSON_SLOTS; k++) {
+      c[t].sum += unstamp(c[t].blk[k], c[t].len[k]);
+      free(c[t].blk[k]);
+    }
+    sum += c[t].sum;
+  }
+  free(c);
+  return sum;
+}
+
+/* ---- prodcons: producers hand mixed sizes to consumers through bounded queues -------------- */
+#define PC_BATCH 64
+#define PC_DEPTH 16
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t not_full, not_empty;
+  unsigned char *q[PC_DEPTH][PC_BATCH];
+  size_t qlen[PC_DEPTH][PC_BATCH];
+  int head, count, done;
+} pc_queue_t;
+
+static void *pc_producer(void *arg) {
+  worker_t *w = arg;
+  pc_queue_t *q = w->arg;
+  rng_t r;
+  rng_seed(&r, 2, (uint64_t)w->idx);
+  long batches = scaled(8000);
+  unsigned char *b[PC_BATCH];
+  size_t n[PC_BATCH];
+  for (long i = 0; i < batches; i++) {
+    for (int j = 0; j < PC_BATCH; j++) {
+      n[j] = rng_small(&r, 8, 4096);
+      b[j] = xmalloc(n[j]);
+      memset(b[j], (int)(n[j] & 0xff), n[j]); /* the producer writes the whole message */
+      stamp(b[j], n[j], rng_next(&r));
+    }
+    pthread_mutex_lock(&q->mu);
+    while (q->count == PC_DEPTH) pthread_cond_wait(&q->not_full, &q->mu);
+    int slot = (q->head + q->count) % PC_DEPTH;
+    memcpy(q->q[slot], b, sizeof b);
+    memcpy(q->qlen[slot], n, sizeof n);
+    q->count++;
+    pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
+  }
+  pthread_mutex_lock(&q->mu);
+  q->done = 1;
+  pthread_cond_signal(&q->not_empty);
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+static void *pc_consumer(void *arg) {
+  worker_t *w = arg;
+  pc_queue_t *q = w->arg;
+  unsigned char *b[PC_BATCH];
+  size_t n[PC_BATCH];
+  for (;;) {
+    pthread_mutex_lock(&q->mu);
+    while (q->count == 0 && !q->done) pthread_cond_wait(&q->not_empty, &q->mu);
+    if (q->count == 0) {
+      pthread_mutex_unlock(&q->mu);
+      return NULL;
+    }
+    memcpy(b, q->q[q->head], sizeof b);
+    memcpy(n, q->qlen[q->head], sizeof n);
+    q->head = (q->head + 1) % PC_DEPTH;
+    q->count--;
+    pthread_cond_signal(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+    for (int j = 0; j < PC_BATCH; j++) {
+      w->sum += unstamp(b[j], n[j]) + b[j][n[j] / 2]; /* the consumer reads the message */
+      free(b[j]);
+    }
+  }
+}
+
+static uint64_t t_prodcons(void) {
+  /* --threads N: N producer-consumer pairs, each with its own queue (2N threads). */
+  int n = g_threads;
+  pc_queue_t *q = xmalloc(sizeof *q * (size_t)n);
+  worker_t *w = calloc((size_t)(2 * n), sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_init(&q[i].mu, NULL);
+    pthread_cond_init(&q[i].not_full, NULL);
+    pthread_cond_init(&q[i].not_empty, NULL);
+    q[i].head = q[i].count = q[i].done = 0;
+    w[i].idx = i;
+    w[i].arg = &q[i];
+    w[n + i].idx = n + i;
+    w[n + i].arg = &q[i];
+  }
+  for (int i = 0; i < 2 * n; i++)
+    if (pthread_create(&w[i].tid, NULL, i < n ? pc_producer : pc_consumer, &w[i])) die("pthread_create failed");
+  uint64_t sum = 0;
+  for (int i = 0; i < 2 * n; i++) {
+    pthread_join(w[i].tid, NULL);
+    sum += w[i].sum;
+  }
+  free(w);
+  free(q);
+  return sum;
+}
+
+/* ---- churn_1k_32k and large: random replacement in a per-thread live set ------------------- */
+typedef struct {
+  size_t lo, hi;
+  int slots, log_sizes, touch_pages;
+  double ops;
+  uint64_t test;
+} churn_cfg_t;
+
+/* Writes the block: one byte per 4 KiB page (touch_pages) or its ends. */
+static void churn_fill(unsigned char *p, size_t n, uint64_t v, int pages) {
+  stamp(p, n, v);
+  if (pages)
+    for (size_t o = 4096; o < n; o += 4096) p[o] = (unsigned char)(v >> 8);
+}
+static uint64_t churn_read(const unsigned char *p, size_t n, int pages) {
+  uint64_t v = unstamp(p, n), s = v;
+  if (pages)
+    for (size_t o = 4096; o < n; o += 4096) s += p[o];
+  return s;
+}
+
+static void *churn_worker(void *arg) {
+  worker_t *w = arg;
+  const churn_cfg_t *c = w->arg;
+  rng_t r;
+  rng_seed(&r, c->test, (uint64_t)w->idx);
+  unsigned char **blk = calloc((size_t)c->slots, sizeof *blk);
+  size_t *len = calloc((size_t)c->slots, sizeof *len);
+  if (!blk || !len) die("out of memory");
+  long ops = scaled(c->ops);
+  for (long i = 0; i < ops; i++) {
+    size_t k = rng_next(&r) % (uint64_t)c->slots;
+    if (blk[k]) {
+      w->sum += churn_read(blk[k], len[k], c->touch_pages);
+      free(blk[k]);
+    }
+    len[k] = c->log_sizes ? rng_log(&r, c->lo, c->hi) : rng_range(&r, c->lo, c->hi);
+    blk[k] = xmalloc(len[k]);
+    churn_fill(blk[k], len[k], rng_next(&r), c->touch_pages);
+  }
+  for (int k = 0; k < c->slots; k++)
+    if (blk[k]) {
+      w->sum += churn_read(blk[k], len[k], c->touch_pages);
+      free(blk[k]);
+    }
+  free(blk);
+  free(len);
+  return NULL;
+}
+
+static uint64_t run_churn(const churn_cfg_t *c) {
+  worker_t *w = calloc((size_t)g_threads, sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < g_threads; i++) {
+    w[i].idx = i;
+    w[i].arg = (void *)c;
+  }
+  run_threads(churn_worker, w, g_threads);
+  uint64_t sum = 0;
+  for (int i = 0; i < g_threads; i++) sum += w[i].sum;
+  free(w);
+  return sum;
+}
+
+static uint64_t t_churn_1k_32k(void) {
+  churn_cfg_t c = {.lo = 1024, .hi = 32768, .slots = 256, .log_sizes = 0, .touch_pages = 0,
+                   .ops = 400000, .test = 3};
+  return run_churn(&c);
+}
+
+static uint64_t t_large(void) {
+  churn_cfg_t c = {.lo = 65536, .hi = 4u << 20, .slots = 8, .log_sizes = 1, .touch_pages = 1,
+                   .ops = 200, .test = 4};
+  return run_churn(&c);
+}
+
+/* ---- realloc: grow a buffer to 8 MiB in 4 KiB steps, free, repeat -------------------------- */
+/* --scale X: X growths per thread (rounded), or for X < 1 one growth to X * 8 MiB. */
+static void *realloc_worker(void *arg) {
+  worker_t *w = arg;
+  const size_t step = 4096;
+  long reps = g_scale < 1 ? 1 : (long)(g_scale + 0.5);
+  size_t top = g_scale < 1 ? ((size_t)((double)(8u << 20) * g_scale) / step + 1) * step : 8u << 20;
+  for (long i = 0; i < reps; i++) {
+    unsigned char *p = NULL;
+    for (size_t n = step; n <= top; n += step) {
+      unsigned char *q = realloc(p, n);
+      if (!q) die("out of memory");
+      p = q;
+      memset(p + n - step, (int)((n / step + (size_t)i + (size_t)w->idx) & 0xff), step);
+    }
+    for (size_t o = 0; o < top; o += step) /* every step's tail survived every move */
+      w->sum += (uint64_t)p[o] * (o / step + 1);
+    free(p);
+  }
+  return NULL;
+}
+
+static uint64_t t_realloc(void) {
+  worker_t *w = calloc((size_t)g_threads, sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < g_threads; i++) w[i].idx = i;
+  run_threads(realloc_worker, w, g_threads);
+  uint64_t sum = 0;
+  for (int i = 0; i < g_threads; i++) sum += w[i].sum;
+  free(w);
+  return sum;
+}
+
+/* ---- tree: build, walk and free binary search trees of small nodes ------------------------- */
+typedef struct node {
+  uint64_t key;
+  struct node *left, *right;
+  uint64_t value;
+} node_t; /* 32 bytes */
+
+static void *tree_worker(void *arg) {
+  worker_t *w = arg;
+  long total = scaled(1000000);
+  long n = total / g_threads + (w->idx < total % g_threads);
+  rng_t r;
+  rng_seed(&r, 5, (uint64_t)w->idx);
+  node_t *root = NULL;
+  for (long i = 0; i < n; i++) {
+    node_t *x = xmalloc(sizeof *x);
+    x->key = rng_next(&r);
+    x->left = x->right = NULL;
+    x->value = (uint64_t)i;
+    node_t **link = &root;
+    while (*link) link = x->key < (*link)->key ? &(*link)->left : &(*link)->right;
+    *link = x;
+  }
+  /* In-order walk with an explicit stack (its depth is the tree's height, at most n). */
+  node_t **stack = xmalloc(sizeof *stack * (size_t)(n + 1));
+  long sp = 0, pos = 0;
+  uint64_t sum = 0;
+  for (node_t *x = root; x || sp;) {
+    if (x) {
+      stack[sp++] = x;
+      x = x->left;
+    } else {
+      x = stack[--sp];
+      sum += (x->key >> 32) * (uint64_t)++pos + x->value;
+      x = x->right;
+    }
+  }
+  /* Free in post-order: push the root; pop, push children, free. */
+  sp = 0;
+  if (root) stack[sp++] = root;
+  while (sp) {
+    node_t *x = stack[--sp];
+    if (x->left) stack[sp++] = x->left;
+    if (x->right) stack[sp++] = x->right;
+    free(x);
+  }
+  free(stack);
+  w->sum = sum;
+  return NULL;
+}
+
+static uint64_t t_tree(void) {
+  worker_t *w = calloc((size_t)g_threads, sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < g_threads; i++) w[i].idx = i;
+  run_threads(tree_worker, w, g_threads);
+  uint64_t sum = 0;
+  for (int i = 0; i < g_threads; i++) sum += w[i].sum;
+  free(w);
+  return sum;
+}
+
+/* ---- false sharing ------------------------------------------------------------------------- */
+#define FS_SIZE 8
+static long fs_rounds(void) { return scaled(5000); }
+static const long FS_WRITES = 20000;
+
+/* Writes the block many times; volatile so that every write goes to memory (to its cache line). */
+static uint64_t fs_hammer(unsigned char *p, int idx) {
+  volatile unsigned char *v = p;
+  for (long j = 0; j < FS_WRITES; j++) v[j & (FS_SIZE - 1)] += (unsigned char)(idx + 1);
+  uint64_t s = 0;
+  for (int j = 0; j < FS_SIZE; j++) s += v[j];
+  return s;
+}
+
+/* Active: each thread allocates its own small block, writes it heavily, frees it, repeats. An
+ * allocator that puts two threads' blocks in one cache line makes the writes contend. */
+static void *fs_active_worker(void *arg) {
+  worker_t *w = arg;
+  long rounds = fs_rounds();
+  for (long i = 0; i < rounds; i++) {
+    unsigned char *p = xmalloc(FS_SIZE);
+    memset(p, 0, FS_SIZE);
+    w->sum += fs_hammer(p, w->idx);
+    free(p);
+  }
+  return NULL;
+}
+
+/* Passive: the main thread allocated one small block per thread (neighbours); each thread frees
+ * its block, then allocates, writes heavily and frees its own. An allocator that hands the freed
+ * neighbour's memory back to the thread that freed it keeps the threads in one cache line. */
+static void *fs_passive_worker(void *arg) {
+  worker_t *w = arg;
+  free(w->arg);
+  return fs_active_worker(arg);
+}
+
+static uint64_t run_fs(int passive) {
+  worker_t *w = calloc((size_t)g_threads, sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < g_threads; i++) {
+    w[i].idx = i;
+    if (passive) w[i].arg = xmalloc(FS_SIZE);
+  }
+  run_threads(passive ? fs_passive_worker : fs_active_worker, w, g_threads);
+  uint64_t sum = 0;
+  for (int i = 0; i < g_threads; i++) sum += w[i].sum;
+  free(w);
+  return sum;
+}
+static uint64_t t_fs_active(void) { return run_fs(0); }
+static uint64_t t_fs_passive(void) { return run_fs(1); }
+
+/* -------------------------------------------------------------------------------------------- */
+static const struct {
+  const char *name;
+  uint64_t (*fn)(void);
+} TESTS[] = {
+    {"larson", t_larson},
+    {"prodcons", t_prodcons},
+    {"churn_1k_32k", t_churn_1k_32k},
+    {"large", t_large},
+    {"realloc", t_realloc},
+    {"tree", t_tree},
+    {"false_sharing_active", t_fs_active},
+    {"false_sharing_passive", t_fs_passive},
+};
+
+/* Which malloc this process runs on, by a symbol only that library defines. */
+static const char *malloc_in_use(void) {
+  static const struct {
+    const char *sym, *name;
+  } SYMS[] = {{"mtp_version", "mtpool"},
+              {"mi_version", "mimalloc"},
+              {"mallctl", "jemalloc"},
+              {"tc_version", "tcmalloc"},
+              {"scalable_malloc", "tbbmalloc"}};
+  for (size_t i = 0; i < sizeof SYMS / sizeof SYMS[0]; i++)
+    if (dlsym(RTLD_DEFAULT, SYMS[i].sym)) return SYMS[i].name;
+  return "glibc";
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: gp_bench --test NAME --threads N [--scale X] [--alloc LABEL] | --list\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  const char *test = NULL, *label = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--list")) {
+      for (size_t t = 0; t < sizeof TESTS / sizeof TESTS[0]; t++) printf("%s\n", TESTS[t].name);
+      return 0;
+    }
+    if (i + 1 >= argc) usage();
+    char *end;
+    if (!strcmp(argv[i], "--test")) {
+      test = argv[++i];
+    } else if (!strcmp(argv[i], "--alloc")) {
+      label = argv[++i];
+    } else if (!strcmp(argv[i], "--threads")) {
+      long v = strtol(argv[++i], &end, 10);
+      if (*end || v < 1 || v > 1024) usage();
+      g_threads = (int)v;
+    } else if (!strcmp(argv[i], "--scale")) {
+      g_scale = strtod(argv[++i], &end);
+      if (*end || !(g_scale > 0) || g_scale > 1000) usage();
+    } else {
+      usage();
+    }
+  }
+  if (!test) usage();
+  uint64_t (*fn)(void) = NULL;
+  for (size_t t = 0; t < sizeof TESTS / sizeof TESTS[0]; t++)
+    if (!strcmp(test, TESTS[t].name)) fn = TESTS[t].fn;
+  if (!fn) {
+    fprintf(stderr, "gp_bench: unknown test %s (--list)\n", test);
+    return 2;
+  }
+  const char *in_use = malloc_in_use();
+  double t0 = now();
+  uint64_t sum = fn();
+  double wall = now() - t0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("{\"test\": \"%s\", \"threads\": %d, \"scale\": %g, \"alloc\": \"%s\", \"malloc\": \"%s\", "
+         "\"wall_s\": %.4f, \"user_s\": %.3f, \"sys_s\": %.3f, \"maxrss_kb\": %ld, \"minflt\": %ld, "
+         "\"checksum\": \"%016" PRIx64 "\"}\n",
+         test, g_threads, g_scale, label ? label : in_use, in_use, wall,
+         (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6, ru.ru_maxrss, ru.ru_minflt,
+         sum);
+  return 0;
+}
