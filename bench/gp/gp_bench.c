@@ -265,9 +265,9 @@ typedef struct {
 
 /* Writes the block: one byte per 4 KiB page (touch_pages) or its ends. */
 static void churn_fill(unsigned char *p, size_t n, uint64_t v, int pages) {
-  stamp(p, n, v);
   if (pages)
     for (size_t o = 4096; o < n; o += 4096) p[o] = (unsigned char)(v >> 8);
+  stamp(p, n, v); /* last: the stamp's last byte may share an offset with a page's byte */
 }
 static uint64_t churn_read(const unsigned char *p, size_t n, int pages) {
   uint64_t v = unstamp(p, n), s = v;

@@ -43,6 +43,33 @@ def order(keys):
     return [k for k in LABELS if k in keys] + sorted(k for k in keys if k not in LABELS)
 
 
+def geo_table(out, allocs, threads, tests, ratio, capped):
+    """Appends one row per allocator: geometric mean of ratio(test, threads, alloc) per thread
+    count and over all; returns {(alloc, threads): mean} for the chart."""
+    geo = {}
+    for al in allocs:
+        cells, allr, allcap = [], [], False
+        for n in threads:
+            rs = [ratio(t, n, al) for t in tests]
+            cap = any((t, n, al) in capped for t in tests)
+            allcap |= cap
+            if None in rs or not rs:
+                cells.append("–")
+                continue
+            g = math.exp(sum(map(math.log, rs)) / len(rs))
+            allr += rs
+            geo[(al, n)] = g
+            cells.append(f"{'≥' if cap else ''}{g:.2f}")
+        if allr and len(allr) == len(tests) * len(threads):
+            g = math.exp(sum(map(math.log, allr)) / len(allr))
+            cells.append(f"{'≥' if allcap else ''}**{g:.2f}**")
+        else:
+            cells.append("–")
+        out.append(f"| {LABELS.get(al, al)} | " + " | ".join(cells) + " |")
+    out.append("")
+    return geo
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--in", dest="inp", required=True)
@@ -61,6 +88,7 @@ def main():
     times = defaultdict(list)      # (test, threads, alloc) -> [wall_s]
     capped = set()                 # (test, threads, alloc) that hit the timeout
     rss = defaultdict(list)        # (test, threads, alloc) -> [peak RSS KiB]
+    cpu = defaultdict(list)        # (test, threads, alloc) -> [user + system s]
     sums = defaultdict(dict)       # (test, threads, scale) -> {alloc: checksum}
     tests, threads, allocs = [], set(), set()
     for d in rows:
@@ -81,6 +109,7 @@ def main():
                               f"{d.get('malloc')} (preload failed?)")
             times[key].append(d["wall_s"])
             rss[key].append(d["maxrss_kb"])
+            cpu[key].append(d["user_s"] + d["sys_s"])
             cs = sums[(t, n, d.get("scale"))]
             if al in cs and cs[al] != d["checksum"]:
                 errors.append(f"{al}: two checksums for {t}, {n} threads")
@@ -126,27 +155,25 @@ def main():
             "cell is in it at the timeout, so the true figure is higher.", "",
             "| allocator | " + " | ".join(f"{n} thr" for n in threads) + " | all |",
             "|---|" + "---|" * (len(threads) + 1)]
-    geo = {}
-    for al in allocs:
-        cells, allr, allcap = [], [], False
-        for n in threads:
-            rs = [ratio(t, n, al) for t in tests]
-            cap = any((t, n, al) in capped for t in tests)
-            allcap |= cap
-            if None in rs or not rs:
-                cells.append("–")
-                continue
-            g = math.exp(sum(map(math.log, rs)) / len(rs))
-            allr += rs
-            geo[(al, n)] = g
-            cells.append(f"{'≥' if cap else ''}{g:.2f}")
-        if allr and len(allr) == len(tests) * len(threads):
-            g = math.exp(sum(map(math.log, allr)) / len(allr))
-            cells.append(f"{'≥' if allcap else ''}**{g:.2f}**")
-        else:
-            cells.append("–")
-        out.append(f"| {LABELS.get(al, al)} | " + " | ".join(cells) + " |")
-    out.append("")
+    geo = geo_table(out, allocs, threads, tests, ratio, capped)
+
+    # The same over CPU seconds (user + system): less moved by other jobs on a shared machine,
+    # though it misses time a thread spends waiting (a lock, a queue, the scheduler).
+    def cmed(key):
+        v = cpu.get(key)
+        return statistics.median(v) if v else None
+
+    def cratio(t, n, al):
+        vals = [cmed((t, n, x)) for x in allocs if cmed((t, n, x))]
+        m = cmed((t, n, al))
+        return m / min(vals) if m and vals else None
+
+    out += ["### The same by CPU time (user + system seconds)", "",
+            "Less moved by other load on the machine, but blind to time spent waiting; timed-out "
+            "cells are left out of this table.", "",
+            "| allocator | " + " | ".join(f"{n} thr" for n in threads) + " | all |",
+            "|---|" + "---|" * (len(threads) + 1)]
+    geo_table(out, allocs, threads, tests, cratio, set())
 
     if "mtpool" in allocs:
         peers = [al for al in allocs if al != "mtpool"]
