@@ -17,12 +17,14 @@
 #  12. ABI: exported symbols, soname and public structure layout equal abi/'s lists
 #  13. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
 #      every figure measured, the allocator mapped in each server, every server stopped
+#  14. gp: scripts/bench_gp.sh --quick (every general-purpose workload, small scale, glibc and
+#      mtpool): every process ran on the malloc it was given, every checksum equals glibc's
 # Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
 # subset, e.g. MTPOOL_TEST_STAGES="release asan".
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-stages=${MTPOOL_TEST_STAGES:-"release malloc shared asan tsan fuzz valgrind consumer clang aarch64 package abi servers"}
+stages=${MTPOOL_TEST_STAGES:-"release malloc shared asan tsan fuzz valgrind consumer clang aarch64 package abi servers gp"}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
 # shellcheck source=lib/install_deps.sh
@@ -234,6 +236,15 @@ for stage in $stages; do
         passed=$((passed + 1)); summary+=("servers: quick run passed ($out/servers/quick/servers.md)")
       else
         failed=$((failed + 1)); summary+=("servers: quick run FAILED")
+      fi
+      ;;
+    gp)
+      # fails when a process fails, runs on another malloc than it was given, or computes a
+      # checksum different from glibc's (bench/gp/report.py)
+      if MTPOOL_GP_BUILD="$out/gp" bash "$here/scripts/bench_gp.sh" --quick --out "$out/gp/quick"; then
+        passed=$((passed + 1)); summary+=("gp: quick run passed ($out/gp/quick/gp.md)")
+      else
+        failed=$((failed + 1)); summary+=("gp: quick run FAILED")
       fi
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
