@@ -168,12 +168,15 @@ def main():
         m = cmed((t, n, al))
         return m / min(vals) if m and vals else None
 
+    full = [t for t in tests if not any(k[0] == t for k in capped)]
+    left = [t for t in tests if t not in full]
     out += ["### The same by CPU time (user + system seconds)", "",
-            "Less moved by other load on the machine, but blind to time spent waiting; timed-out "
-            "cells are left out of this table.", "",
+            "Less moved by other load on the machine, but blind to time spent waiting"
+            + (f"; without {', '.join(left)}, where a process timed out (no CPU time to compare)"
+               if left else "") + ".", "",
             "| allocator | " + " | ".join(f"{n} thr" for n in threads) + " | all |",
             "|---|" + "---|" * (len(threads) + 1)]
-    geo_table(out, allocs, threads, tests, cratio, set())
+    geo_table(out, allocs, threads, full, cratio, set())
 
     if "mtpool" in allocs:
         peers = [al for al in allocs if al != "mtpool"]
