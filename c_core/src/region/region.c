@@ -25,6 +25,72 @@ _Static_assert(MTP_REGION_HEADER_PAGES < 8, "region header must stay small");
 static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->regions); }
 static mtpi_region_t *next_of(mtpi_region_t *r) { return mtp__region_from_node(r->h.link.next); }
 
+/* Huge pages (MTPOOL_HUGEPAGES). The guard splits the region's mapping, so only the aligned huge
+ * ranges past it can be huge: with 2 MiB huge pages, the region's upper half (32 of its 62 usable
+ * pages). The advice covers everything past the guard (one mapping, not two). */
+static unsigned huge_first(const mtpi_region_t *r) {
+  unsigned hp = r->h.huge_pages, guard = (unsigned)(sizeof(r->guard) / MTP_PAGE_SIZE);
+  return (guard + hp - 1) / hp * hp;
+}
+
+static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
+  int mode = mtp__hugepages_mode();
+  if (mode == MTP_HUGE_SYSTEM) return;
+  size_t hsize = mtp__os_huge_page_size();
+  /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
+   * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
+  if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
+  bool huge = mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && rs->mapped_bytes >= MTP_HUGE_AUTO_BYTES);
+  char *from = r->guard + sizeof(r->guard);
+  /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
+  if (mtp__os_huge_advise(from, MTP_REGION_SIZE - sizeof(r->guard), huge) == 0 && huge)
+    r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
+}
+
+/* Huge ranges of word wi whose pages are not all free: the timed purge leaves their free pages
+ * resident, since purging part of a huge page splits it (and khugepaged may fill it again). */
+static uint64_t huge_held(const mtpi_region_t *r, unsigned wi) {
+  unsigned hp = r->h.huge_pages;
+  if (hp == 0) return 0;
+  uint64_t held = 0;
+  for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
+    if (i / 64 != wi) continue;
+    uint64_t bits = (hp == 64 ? ~0ull : (((uint64_t)1 << hp) - 1)) << (i % 64);
+    if ((r->h.free_mask[wi] & bits) != bits) held |= bits;
+  }
+  return held;
+}
+
+/* Purge the huge ranges of word wi whose pages are all free and due, each with one call, so that
+ * the whole huge page goes back (its never-touched pages may be resident too). Returns the mask
+ * of huge ranges it dealt with or left for later (the caller's page-by-page pass skips them). */
+static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t now_ms,
+                           long delay, bool force, size_t *returned) {
+  unsigned hp = r->h.huge_pages;
+  if (hp == 0) return 0;
+  uint64_t done = 0;
+  for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
+    if (i / 64 != wi) continue;
+    uint64_t bits = (hp == 64 ? ~0ull : (((uint64_t)1 << hp) - 1)) << (i % 64);
+    if ((r->h.free_mask[wi] & bits) != bits) continue; /* held (timed) or split (force) */
+    done |= bits;
+    uint64_t dirty = r->h.dirty_mask[wi] & bits;
+    if (dirty == 0) continue;
+    bool due = true;
+    for (unsigned j = i; j < i + hp && due && !force; j++)
+      if (dirty >> (j % 64) & 1)
+        due = delay >= 0 && r->pages[j].free_time_ms + (uint64_t)delay <= now_ms;
+    if (!due) continue;
+    if (mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), (size_t)hp << MTP_PAGE_SHIFT) != 0)
+      continue; /* refused: stays dirty, tried again later */
+    size_t len = (size_t)__builtin_popcountll(dirty) << MTP_PAGE_SHIFT;
+    r->h.dirty_mask[wi] &= ~bits;
+    rs->clean_bytes += len;
+    *returned += len;
+  }
+  return done;
+}
+
 static mtpi_region_t *region_new(mtpi_rset_t *rs) {
   mtpi_region_t *r = mtp__os_map(MTP_REGION_SIZE, MTP_REGION_SIZE);
   if (r == NULL) return NULL;
@@ -43,6 +109,7 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs) {
       r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
   }
   r->h.free_pages = USABLE_PAGES;
+  huge_advise(rs, r);
   mtp__track_poison((char *)r + FIRST_PAGE * MTP_PAGE_SIZE, USABLE_PAGES * MTP_PAGE_SIZE);
   mtp__u8_store_relaxed(&mtp__chunkmap[idx], 1); /* relaxed: see region.h */
   rs->mapped_bytes += MTP_REGION_SIZE;
@@ -204,7 +271,9 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
     next = next_of(r);
     if (r->h.free_pages == 0) break; /* the rest are full */
     for (unsigned wi = 0; wi < WORDS; wi++) {
-      uint64_t w = r->h.dirty_mask[wi];
+      uint64_t skip = huge_purge(rs, r, wi, now_ms, delay, force, &returned);
+      if (!force) skip |= huge_held(r, wi);
+      uint64_t w = r->h.dirty_mask[wi] & ~skip;
       while (w) {
         unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
         /* a run of consecutive dirty pages that are all due */
@@ -243,7 +312,7 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
 bool mtp__region_dirty_left(mtpi_rset_t *rs) {
   for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
     for (unsigned i = 0; i < WORDS; i++)
-      if (r->h.dirty_mask[i]) return true;
+      if (r->h.dirty_mask[i] & ~huge_held(r, i)) return true; /* held pages wait for news */
   return false;
 }
 

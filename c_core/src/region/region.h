@@ -61,10 +61,12 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages);
 bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len);
 void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
 /* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
- * not force); unmap regions left entirely free and clean. Returns the bytes given back (a purge
+ * not force); unmap regions left entirely free and clean. In a region advised for huge pages
+ * (MTPOOL_HUGEPAGES) a huge range is purged whole, and the timed purge (not force) leaves the free
+ * pages of a huge range with pages in use resident. Returns the bytes given back (a purge
  * the OS refused is not counted). */
 size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force);
-/* Are free pages left resident (a later purge has work)? */
+/* Are free pages left resident that a later purge will take (not those a huge range holds)? */
 bool mtp__region_dirty_left(mtpi_rset_t *rs);
 void mtp__region_unmap_all(mtpi_rset_t *rs);
 /* MTP_DEBUG 2: the bitmaps and counts of every region of rs against the page descriptors. */
