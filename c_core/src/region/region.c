@@ -272,8 +272,13 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
     if (r->h.free_pages == 0) break; /* the rest are full */
     for (unsigned wi = 0; wi < WORDS; wi++) {
       uint64_t skip = huge_purge(rs, r, wi, now_ms, delay, force, &returned);
-      if (!force) skip |= huge_held(r, wi);
       uint64_t w = r->h.dirty_mask[wi] & ~skip;
+      /* A partly used huge range: the timed purge keeps it; a forced one splits it, and takes its
+       * clean free pages too (a huge page fault made them resident). */
+      if (force)
+        w |= r->h.free_mask[wi] & huge_held(r, wi);
+      else
+        w &= ~huge_held(r, wi);
       while (w) {
         unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
         /* a run of consecutive dirty pages that are all due */
@@ -291,8 +296,9 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
         /* Refused (only with a kernel out of memory for the split): the pages stay dirty, to be
          * tried again later, and are not counted as returned. */
         if (mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), len) != 0) continue;
+        len = (size_t)__builtin_popcountll(r->h.dirty_mask[wi] & bits) << MTP_PAGE_SHIFT;
         r->h.dirty_mask[wi] &= ~bits;
-        rs->clean_bytes += len;
+        rs->clean_bytes += len; /* the pages that were dirty: clean ones were counted already */
         returned += len;
       }
     }
