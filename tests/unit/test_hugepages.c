@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/os.h"
+#include "base/track.h"
 #include "region/region.h"
 #include "testhelper.h"
 
@@ -108,6 +109,17 @@ static void test_advice(void) {
   }
 }
 
+/* Share of purged bytes that RSS must drop by: ASan's own bookkeeping (its allocator, the shadow)
+ * moves RSS by tens of kB meanwhile. */
+#define PCT (TH_ASAN ? 90 : 99)
+
+/* Write a span's memory as a slab would (a fresh span is poisoned for ASan until formatted). */
+static void touch(mtpi_page_t *s, int byte) {
+  char *p = mtp__page_start(s);
+  mtp__track_alloc(p, MTP_PAGE_SIZE);
+  memset(p, byte, MTP_PAGE_SIZE);
+}
+
 /* In the child with MTPOOL_HUGEPAGES=1: a huge range goes back whole once all its pages are free;
  * while one is in use the timed purge keeps its free pages (and has nothing left to wait for);
  * a forced purge (trim) returns them anyway. */
@@ -124,7 +136,7 @@ static void test_huge_purge(void) {
   unsigned hp = r->h.huge_pages, first = MTP_PAGES_PER_REGION / 2;
   REQUIRE(hp == 32, "2 MiB huge pages of 32 mtpool pages (got %u)", hp);
   for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
-    memset(mtp__page_start(got[i]), 1, MTP_PAGE_SIZE);
+    touch(got[i], 1);
   long ahp;
   char flags[512];
   REQUIRE(smaps_of((char *)r + first * MTP_PAGE_SIZE, flags, sizeof flags, &ahp) == 0, "smaps");
@@ -141,7 +153,8 @@ static void test_huge_purge(void) {
   CHECK(r->h.dirty_mask[0] == (upper & ~((uint64_t)1 << keep)));    /* the huge range: kept */
   CHECK_EQ_SZ(back, (size_t)(first - MTP_REGION_FIRST_PAGE) << MTP_PAGE_SHIFT);
   CHECK(!mtp__region_dirty_left(&rs)); /* nothing for the purge thread to wait for */
-  CHECK(rss0 > rss1 && rss0 - rss1 >= (size_t)(first - MTP_REGION_FIRST_PAGE) * MTP_PAGE_SIZE * 99 / 100);
+  EXPECT(rss0 > rss1 && rss0 - rss1 >= (size_t)(first - MTP_REGION_FIRST_PAGE) * MTP_PAGE_SIZE * PCT / 100,
+         "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
   /* the last page of the huge range is freed: the whole range goes back, after the delay */
   mtp__region_free_span(&rs, got[keep], 2000);
   CHECK(mtp__region_dirty_left(&rs));
@@ -150,7 +163,8 @@ static void test_huge_purge(void) {
   back = mtp__region_purge(&rs, 2600, 500, false);
   rss1 = th_rss();
   CHECK(back >= (size_t)(MTP_PAGES_PER_REGION - first) << MTP_PAGE_SHIFT);
-  CHECK(rss0 > rss1 && rss0 - rss1 >= (size_t)(MTP_PAGES_PER_REGION - first) * MTP_PAGE_SIZE * 99 / 100);
+  EXPECT(rss0 > rss1 && rss0 - rss1 >= (size_t)(MTP_PAGES_PER_REGION - first) * MTP_PAGE_SIZE * PCT / 100,
+         "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
   CHECK(rs.regions == NULL); /* all free and clean: unmapped */
   CHECK(!mtp__is_region_ptr((uintptr_t)r));
 
@@ -160,7 +174,7 @@ static void test_huge_purge(void) {
     mtpi_page_t *s = mtp__region_alloc_span(&rs, 1);
     REQUIRE(s != NULL, "a span");
     s->kind = MTP_PAGE_SLAB;
-    memset(mtp__page_start(s), 2, MTP_PAGE_SIZE);
+    touch(s, 2);
     if ((unsigned)(s - mtp__region_of((uintptr_t)s)->pages) == first) a = s;
     b = s;
   }
@@ -195,16 +209,23 @@ static void test_pool_gives_back(void) {
   mtp_thread_flush();
   size_t after = peak;
   double t0 = th_now();
-  /* ASan keeps the shadow of the poisoned pages resident: 1/8 of them */
+  /* ASan keeps the shadow of the poisoned pages resident (1/8 of them), TSan its shadow of every
+   * byte touched (more than the bytes): RSS is checked without TSan, the statistics always. */
   size_t want = (peak - rss0) * (TH_ASAN ? 85 : 99) / 100;
+  mtp_stats_t st;
   while (th_now() - t0 < 10) {
     usleep(20000);
     after = th_rss();
-    if (peak > after && peak - after >= want) break;
+    mtp_pool_stats(p, &st);
+    if ((TH_TSAN || (peak > after && peak - after >= want)) && st.bytes_reserved == 0) break;
   }
-  printf("  %s: RSS grew %zu kB, %zu kB back after %.2f s\n", getenv("MTPOOL_HUGEPAGES") ? getenv("MTPOOL_HUGEPAGES") : "(unset)",
-         (peak - rss0) / 1024, (peak - after) / 1024, th_now() - t0);
-  CHECK(peak > after && peak - after >= want);
+  printf("  %s: RSS grew %zu kB, %zu kB back after %.2f s; %zu kB reserved, %zu kB returned\n",
+         getenv("MTPOOL_HUGEPAGES") ? getenv("MTPOOL_HUGEPAGES") : "(unset)", (peak - rss0) / 1024,
+         peak > after ? (peak - after) / 1024 : 0, th_now() - t0, (size_t)st.bytes_reserved / 1024,
+         (size_t)st.bytes_returned / 1024);
+  if (!TH_TSAN) CHECK(peak > after && peak - after >= want);
+  CHECK_EQ_SZ(st.bytes_reserved, 0); /* every region unmapped */
+  CHECK(st.bytes_returned >= (size_t)N * SIZE);
   mtp_pool_destroy(p);
 }
 
@@ -233,7 +254,9 @@ int main(int argc, char **argv) {
     const char *env[] = {runs[i].env, NULL};
     th_proc_t res;
     int rc = th_run_self(args, env, 120, &res);
-    printf("%s (%s): %s%s", runs[i].arg, runs[i].env, res.out ? res.out : "", res.err ? res.err : "");
+    char st[64];
+    printf("%s (%s): %s\n%s%s", runs[i].arg, runs[i].env, th_status_str(res.status, st, sizeof st),
+           res.out ? res.out : "", res.err ? res.err : "");
     CHECK(rc == 0 && WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0);
     th_proc_free(&res);
   }
