@@ -120,9 +120,9 @@ static void touch(mtpi_page_t *s, int byte) {
   memset(p, byte, MTP_PAGE_SIZE);
 }
 
-/* In the child with MTPOOL_HUGEPAGES=1: a huge range goes back whole once all its pages are free;
- * while one is in use the timed purge keeps its free pages (and has nothing left to wait for);
- * a forced purge (trim) returns them anyway. */
+/* In the child with MTPOOL_HUGEPAGES=1: a huge range goes back in one step once all its free pages
+ * are due: whole, or split (MADV_NOHUGEPAGE, free pages purged) while a page of it is in use, and
+ * advised huge again once it is all free. */
 static void test_huge_purge(void) {
   mtpi_rset_t rs = {0};
   mtpi_page_t *got[MTP_PAGES_PER_REGION] = {0};
@@ -135,56 +135,58 @@ static void test_huge_purge(void) {
   mtpi_region_t *r = mtp__region_of((uintptr_t)got[MTP_REGION_FIRST_PAGE]);
   unsigned hp = r->h.huge_pages, first = MTP_PAGES_PER_REGION / 2;
   REQUIRE(hp == 32, "2 MiB huge pages of 32 mtpool pages (got %u)", hp);
-  for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
-    touch(got[i], 1);
+  for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) touch(got[i], 1);
+  char *upper_at = (char *)r + first * MTP_PAGE_SIZE;
   long ahp;
   char flags[512];
-  REQUIRE(smaps_of((char *)r + first * MTP_PAGE_SIZE, flags, sizeof flags, &ahp) == 0, "smaps");
+  REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
   /* Informational: the kernel may fall back to small pages (fragmented memory, THP 'never'). */
   printf("  AnonHugePages of the region's mapping after touching it: %ld kB\n", ahp);
-  unsigned keep = first + 7; /* one page in use in the huge range */
-  for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
-    if (i != keep) mtp__region_free_span(&rs, got[i], 100);
-  size_t rss0 = th_rss();
-  size_t back = mtp__region_purge(&rs, 1000, 0, false);
-  size_t rss1 = th_rss();
+  unsigned keep = first + 7, late = first + 20, low_keep = MTP_REGION_FIRST_PAGE;
   uint64_t upper = ~0ull << first, lower = ~upper;
-  CHECK((r->h.dirty_mask[0] & lower) == 0);                         /* the small half: purged */
-  CHECK(r->h.dirty_mask[0] == (upper & ~((uint64_t)1 << keep)));    /* the huge range: kept */
-  CHECK_EQ_SZ(back, (size_t)(first - MTP_REGION_FIRST_PAGE) << MTP_PAGE_SHIFT);
-  CHECK(!mtp__region_dirty_left(&rs)); /* nothing for the purge thread to wait for */
-  EXPECT(rss0 > rss1 && rss0 - rss1 >= (size_t)(first - MTP_REGION_FIRST_PAGE) * MTP_PAGE_SIZE * PCT / 100,
-         "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
-  /* the last page of the huge range is freed: the whole range goes back, after the delay */
-  mtp__region_free_span(&rs, got[keep], 2000);
+  /* free all but one page in each half; one page of the huge range later than the others */
+  for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
+    if (i != keep && i != low_keep) mtp__region_free_span(&rs, got[i], i == late ? 900 : 100);
+  size_t rss0 = th_rss();
+  size_t back = mtp__region_purge(&rs, 1000, 500, false);
+  /* the small half purged page by page; the huge range waits for its last free page */
+  CHECK((r->h.dirty_mask[0] & lower) == 0);
+  CHECK(r->h.dirty_mask[0] == (upper & ~((uint64_t)1 << keep)));
+  CHECK_EQ_SZ(back, (size_t)(first - MTP_REGION_FIRST_PAGE - 1) << MTP_PAGE_SHIFT);
   CHECK(mtp__region_dirty_left(&rs));
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 2000, 500, false), 0); /* not due yet */
-  rss0 = th_rss();
-  back = mtp__region_purge(&rs, 2600, 500, false);
-  rss1 = th_rss();
-  CHECK(back >= (size_t)(MTP_PAGES_PER_REGION - first) << MTP_PAGE_SHIFT);
-  EXPECT(rss0 > rss1 && rss0 - rss1 >= (size_t)(MTP_PAGES_PER_REGION - first) * MTP_PAGE_SIZE * PCT / 100,
-         "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
+  CHECK(r->h.huge_split[0] == 0);
+  /* all due: split (advised no-huge), every free page of it purged, the used one kept */
+  back = mtp__region_purge(&rs, 1400, 500, false);
+  size_t rss1 = th_rss();
+  CHECK_EQ_SZ(back, (size_t)(hp - 1) << MTP_PAGE_SHIFT);
+  CHECK(r->h.dirty_mask[0] == 0 && !mtp__region_dirty_left(&rs));
+  CHECK(r->h.huge_split[0] == upper);
+  REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
+  printf("  split: VmFlags:%s", flags);
+  CHECK(has_flag(flags, "nh") && !has_flag(flags, "hg"));
+  size_t freed = (size_t)(MTP_REGION_USABLE_PAGES - 2) * MTP_PAGE_SIZE;
+  EXPECT(rss0 > rss1 && rss0 - rss1 >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
+  CHECK(((const char *)mtp__page_start(got[keep]))[5] == 1); /* the page in use kept its data */
+  /* split, it is purged page by page */
+  mtpi_page_t *again = mtp__region_alloc_span(&rs, 1);
+  REQUIRE(again != NULL && mtp__region_of((uintptr_t)again) == r, "a span of the region");
+  again->kind = MTP_PAGE_SLAB;
+  touch(again, 4);
+  mtp__region_free_span(&rs, again, 3000);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false), MTP_PAGE_SIZE);
+  /* the last used page of the range is freed: purged whole after the delay, advised huge again */
+  mtp__region_free_span(&rs, got[keep], 4000);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false), 0); /* not due yet */
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false), MTP_PAGE_SIZE);
+  CHECK(r->h.huge_split[0] == 0);
+  REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
+  printf("  all free: VmFlags:%s", flags);
+  CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
+  /* a forced purge (trim) does not wait for the delay */
+  mtp__region_free_span(&rs, got[low_keep], 5000);
+  CHECK(mtp__region_purge(&rs, 5000, 500, true) >= MTP_PAGE_SIZE);
   CHECK(rs.regions == NULL); /* all free and clean: unmapped */
   CHECK(!mtp__is_region_ptr((uintptr_t)r));
-
-  /* A forced purge splits a partly used huge range. */
-  mtpi_page_t *a = NULL, *b = NULL;
-  while (b == NULL || (unsigned)(b - mtp__region_of((uintptr_t)b)->pages) < first + 1) {
-    mtpi_page_t *s = mtp__region_alloc_span(&rs, 1);
-    REQUIRE(s != NULL, "a span");
-    s->kind = MTP_PAGE_SLAB;
-    touch(s, 2);
-    if ((unsigned)(s - mtp__region_of((uintptr_t)s)->pages) == first) a = s;
-    b = s;
-  }
-  r = mtp__region_of((uintptr_t)b);
-  mtp__region_free_span(&rs, a, 0);
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 1000, 0, false), 0); /* held: b is in use */
-  CHECK(r->h.dirty_mask[0] >> first & 1);
-  CHECK(mtp__region_purge(&rs, 1000, 0, true) >= MTP_PAGE_SIZE);
-  CHECK((r->h.dirty_mask[0] >> first & 1) == 0);
-  mtp__region_unmap_all(&rs);
 }
 
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */

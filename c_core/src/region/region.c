@@ -47,33 +47,45 @@ static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
 }
 
-/* Huge ranges of word wi whose pages are not all free: the timed purge leaves their free pages
- * resident, since purging part of a huge page splits it (and khugepaged may fill it again). */
-static uint64_t huge_held(const mtpi_region_t *r, unsigned wi) {
-  unsigned hp = r->h.huge_pages;
-  if (hp == 0) return 0;
-  uint64_t held = 0;
-  for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
-    if (i / 64 != wi) continue;
-    uint64_t bits = (hp == 64 ? ~0ull : (((uint64_t)1 << hp) - 1)) << (i % 64);
-    if ((r->h.free_mask[wi] & bits) != bits) held |= bits;
+/* Purge [i, j) of r (pages of word wi, j - i <= 64), whole runs of the pages in `which`; count the
+ * dirty ones as returned and clean. Refused runs stay dirty, to be tried again later. */
+static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t which,
+                       size_t *returned) {
+  while (which) {
+    unsigned lo = (unsigned)__builtin_ctzll(which), hi = lo;
+    while (hi < 64 && (which >> hi & 1)) hi++;
+    uint64_t bits = (hi - lo == 64) ? ~0ull : (((uint64_t)1 << (hi - lo)) - 1) << lo;
+    which &= ~bits;
+    char *at = (char *)r + ((size_t)(wi * 64 + lo) << MTP_PAGE_SHIFT);
+    if (mtp__os_purge(at, (size_t)(hi - lo) << MTP_PAGE_SHIFT) != 0) continue;
+    size_t len = (size_t)__builtin_popcountll(r->h.dirty_mask[wi] & bits) << MTP_PAGE_SHIFT;
+    r->h.dirty_mask[wi] &= ~bits;
+    rs->clean_bytes += len; /* the pages that were dirty: clean ones were counted already */
+    *returned += len;
   }
-  return held;
 }
 
-/* Purge the huge ranges of word wi whose pages are all free and due, each with one call, so that
- * the whole huge page goes back (its never-touched pages may be resident too). Returns the mask
- * of huge ranges it dealt with or left for later (the caller's page-by-page pass skips them). */
+/* The huge ranges of word wi. A range is purged in one step once every dirty page in it is due,
+ * so that a huge page is split once at most, not page by page:
+ *  - all its pages free: one madvise of the whole range (its never-touched pages may be resident
+ *    too, faulted in with the huge page), and a range split earlier is advised huge again;
+ *  - some in use: advised MADV_NOHUGEPAGE (split for good, so that khugepaged, which here fills
+ *    a range with as few as one page present, does not make it resident again), then its free
+ *    pages, clean ones included, purged; from then on it is purged page by page, as a region
+ *    without huge pages, until it is all free again.
+ * Returns the mask of huge ranges dealt with here (done, or waiting): the page-by-page pass
+ * skips them. */
 static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t now_ms,
                            long delay, bool force, size_t *returned) {
   unsigned hp = r->h.huge_pages;
   if (hp == 0) return 0;
-  uint64_t done = 0;
+  uint64_t handled = 0;
   for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
     if (i / 64 != wi) continue;
     uint64_t bits = (hp == 64 ? ~0ull : (((uint64_t)1 << hp) - 1)) << (i % 64);
-    if ((r->h.free_mask[wi] & bits) != bits) continue; /* held (timed) or split (force) */
-    done |= bits;
+    bool all_free = (r->h.free_mask[wi] & bits) == bits, split = (r->h.huge_split[wi] & bits) != 0;
+    if (split && !all_free) continue; /* small pages now: the page-by-page pass */
+    handled |= bits;
     uint64_t dirty = r->h.dirty_mask[wi] & bits;
     if (dirty == 0) continue;
     bool due = true;
@@ -81,14 +93,20 @@ static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint6
       if (dirty >> (j % 64) & 1)
         due = delay >= 0 && r->pages[j].free_time_ms + (uint64_t)delay <= now_ms;
     if (!due) continue;
-    if (mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), (size_t)hp << MTP_PAGE_SHIFT) != 0)
-      continue; /* refused: stays dirty, tried again later */
-    size_t len = (size_t)__builtin_popcountll(dirty) << MTP_PAGE_SHIFT;
-    r->h.dirty_mask[wi] &= ~bits;
-    rs->clean_bytes += len;
-    *returned += len;
+    char *at = (char *)r + ((size_t)i << MTP_PAGE_SHIFT);
+    size_t len = (size_t)hp << MTP_PAGE_SHIFT;
+    if (all_free) {
+      purge_runs(rs, r, wi, bits, returned);
+      if (split && (r->h.dirty_mask[wi] & bits) == 0 && mtp__os_huge_advise(at, len, true) == 0)
+        r->h.huge_split[wi] &= ~bits;
+    } else {
+      /* Refused (a kernel out of memory for the split): held, tried again at the next purge. */
+      if (mtp__os_huge_advise(at, len, false) != 0) continue;
+      r->h.huge_split[wi] |= bits;
+      purge_runs(rs, r, wi, r->h.free_mask[wi] & bits, returned);
+    }
   }
-  return done;
+  return handled;
 }
 
 static mtpi_region_t *region_new(mtpi_rset_t *rs) {
@@ -271,14 +289,7 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
     next = next_of(r);
     if (r->h.free_pages == 0) break; /* the rest are full */
     for (unsigned wi = 0; wi < WORDS; wi++) {
-      uint64_t skip = huge_purge(rs, r, wi, now_ms, delay, force, &returned);
-      uint64_t w = r->h.dirty_mask[wi] & ~skip;
-      /* A partly used huge range: the timed purge keeps it; a forced one splits it, and takes its
-       * clean free pages too (a huge page fault made them resident). */
-      if (force)
-        w |= r->h.free_mask[wi] & huge_held(r, wi);
-      else
-        w &= ~huge_held(r, wi);
+      uint64_t w = r->h.dirty_mask[wi] & ~huge_purge(rs, r, wi, now_ms, delay, force, &returned);
       while (w) {
         unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
         /* a run of consecutive dirty pages that are all due */
@@ -296,9 +307,8 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
         /* Refused (only with a kernel out of memory for the split): the pages stay dirty, to be
          * tried again later, and are not counted as returned. */
         if (mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), len) != 0) continue;
-        len = (size_t)__builtin_popcountll(r->h.dirty_mask[wi] & bits) << MTP_PAGE_SHIFT;
         r->h.dirty_mask[wi] &= ~bits;
-        rs->clean_bytes += len; /* the pages that were dirty: clean ones were counted already */
+        rs->clean_bytes += len;
         returned += len;
       }
     }
@@ -318,7 +328,7 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
 bool mtp__region_dirty_left(mtpi_rset_t *rs) {
   for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
     for (unsigned i = 0; i < WORDS; i++)
-      if (r->h.dirty_mask[i] & ~huge_held(r, i)) return true; /* held pages wait for news */
+      if (r->h.dirty_mask[i]) return true;
   return false;
 }
 
