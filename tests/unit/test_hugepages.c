@@ -109,9 +109,9 @@ static void test_advice(void) {
   }
 }
 
-/* Share of purged bytes that RSS must drop by: ASan's own bookkeeping (its allocator, the shadow)
+/* Share of purged bytes that RSS must drop by: a sanitizer's own bookkeeping (allocator, shadow)
  * moves RSS by tens of kB meanwhile. */
-#define PCT (TH_ASAN ? 90 : 99)
+#define PCT (TH_SANITIZED ? 90 : 99)
 
 /* Write a span's memory as a slab would (a fresh span is poisoned for ASan until formatted). */
 static void touch(mtpi_page_t *s, int byte) {
