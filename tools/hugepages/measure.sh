@@ -4,6 +4,8 @@
 #   bash tools/hugepages/measure.sh BUILD_DIR [RUNS] [MODES]
 # BUILD_DIR: a Release build with -DMTPOOL_BUILD_BENCH=ON (mtpool_proc, mtpool_proc_cow,
 # malloc/libmtpool-malloc.so). MODES: MTPOOL_HUGEPAGES values, "-" for unset (default "- 1 auto").
+# HUGE_ONLY=REGEX runs only the workloads whose tag matches (seed40 seed9 cow40 cow9 preload40
+# fp_list_int fp_list_str40 fp_map_int giveback); HUGE_DELAY_MS sets footprint/giveback's --delay-ms.
 # Each run: /usr/bin/time (wall, user, sys, minor faults, peak RSS) around one fresh process.
 set -euo pipefail
 build=${1:?build dir}
@@ -19,6 +21,8 @@ echo "kernel $(uname -r), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/l
 one() { # tag mode cmd...
   local tag=$1 mode=$2
   shift 2
+  [[ $tag =~ ${HUGE_ONLY:-.} ]] || return 0
+  case $tag in fp_* | giveback) [ -n "${HUGE_DELAY_MS:-}" ] && set -- "$@" --delay-ms "$HUGE_DELAY_MS" ;; esac
   local env=(env -u MTPOOL_HUGEPAGES)
   [ "$mode" != "-" ] && env=(env MTPOOL_HUGEPAGES="$mode")
   local t j
