@@ -47,8 +47,8 @@ static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
 }
 
-/* Purge [i, j) of r (pages of word wi, j - i <= 64), whole runs of the pages in `which`; count the
- * dirty ones as returned and clean. Refused runs stay dirty, to be tried again later. */
+/* Purge the pages of word wi of r that `which` names, one madvise per run of consecutive pages;
+ * count the dirty ones as returned and clean. A refused run stays dirty, to be tried again later. */
 static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t which,
                        size_t *returned) {
   while (which) {
