@@ -1,6 +1,7 @@
 /* Options: defaults, validation, and the MTPOOL_<FIELD> environment variables the default pool
  * reads once at its creation. Layer: base. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base.h"
 
@@ -36,4 +37,24 @@ void mtp__options_sanitize(mtp_options_t *opt) {
   if (opt->purge_delay_ms > 3600000) opt->purge_delay_ms = 3600000;
   if (opt->thread_cache_bytes > ((size_t)1 << 30)) opt->thread_cache_bytes = (size_t)1 << 30;
   opt->check = opt->check != 0;
+}
+
+int mtp__hugepages_parse(const char *v) {
+  if (v == NULL || *v == 0) return MTP_HUGE_SYSTEM;
+  if (strcmp(v, "0") == 0 || strcmp(v, "never") == 0 || strcmp(v, "off") == 0) return MTP_HUGE_NEVER;
+  if (strcmp(v, "1") == 0 || strcmp(v, "always") == 0 || strcmp(v, "on") == 0) return MTP_HUGE_ALWAYS;
+  if (strcmp(v, "auto") == 0) return MTP_HUGE_AUTO;
+  return -1;
+}
+
+int mtp__hugepages_mode(void) {
+  /* -1: not read yet. relaxed: every thread parses the same string to the same value. */
+  static mtpi_atomic_int cached = -1;
+  int m = mtp__int_load_relaxed(&cached);
+  if (m < 0) {
+    m = mtp__hugepages_parse(getenv("MTPOOL_HUGEPAGES"));
+    if (m < 0) m = MTP_HUGE_SYSTEM; /* not a value we know: keep the default, as the others */
+    mtp__int_store_relaxed(&cached, m);
+  }
+  return m;
 }

@@ -4,6 +4,7 @@
 #include "os.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,4 +100,31 @@ uint64_t mtp__os_now_ms(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0; /* cannot fail for CLOCK_MONOTONIC */
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- Transparent huge pages ---- */
+
+size_t mtp__os_huge_page_size(void) {
+  /* 0: not read yet; 1: read, none. relaxed: every thread reads the same file; a racing first
+   * call only reads it twice. open/read/close allocate nothing (safe inside malloc). */
+  static mtpi_atomic_long cached;
+  long v = mtp__long_load_relaxed(&cached);
+  if (v == 0) {
+    v = 1;
+    int fd = open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[32];
+      ssize_t n = read(fd, buf, sizeof(buf) - 1);
+      (void)close(fd);
+      long x = 0;
+      for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++) x = x * 10 + (buf[i] - '0');
+      if (x > 1) v = x;
+    }
+    mtp__long_store_relaxed(&cached, v);
+  }
+  return v > 1 ? (size_t)v : 0;
+}
+
+int mtp__os_huge_advise(void *p, size_t size, bool huge) {
+  return madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
 }

@@ -34,6 +34,16 @@ uint64_t mtp__os_now_ms(void);
  * injection off. */
 void mtp__os_inject_failure(long after_n_calls);
 
+/* ---- Transparent huge pages (one block: the region layer's huge-page policy) ---- */
+/* The PMD huge page size the kernel reports (/sys/kernel/mm/transparent_hugepage/hpage_pmd_size,
+ * read once): 2 MiB on x86-64 and on 4 KiB-page aarch64; 0 where the kernel has no transparent
+ * huge pages. */
+size_t mtp__os_huge_page_size(void);
+/* Advise [p, p+size): huge true asks for huge pages (MADV_HUGEPAGE), false forbids them
+ * (MADV_NOHUGEPAGE). pre: OS-page-aligned, mapped by mtp__os_map. Returns 0 or the errno (EINVAL
+ * where the kernel lacks transparent huge pages); the advice is a hint, so callers may ignore it. */
+int mtp__os_huge_advise(void *p, size_t size, bool huge);
+
 #pragma GCC visibility pop
 
 #endif

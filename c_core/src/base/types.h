@@ -211,6 +211,12 @@ typedef struct mtpi_region_hdr {
   uint64_t free_mask[MTP_PAGES_PER_REGION / 64];  /* 1: page free */
   uint64_t dirty_mask[MTP_PAGES_PER_REGION / 64]; /* 1: free page that may be resident */
   uint32_t free_pages;
+  /* Huge-page advice (MTPOOL_HUGEPAGES): 0, or the mtpool pages per huge page when the region
+   * was advised MADV_HUGEPAGE. Its huge ranges (aligned, past the guard) are purged in one step
+   * each (see region.c); huge_split marks the pages of ranges advised MADV_NOHUGEPAGE since, by
+   * a purge while some of their pages were in use. */
+  uint32_t huge_pages;
+  uint64_t huge_split[MTP_PAGES_PER_REGION / 64];
 } mtpi_region_hdr_t;
 
 /* A region: a guard page (PROT_NONE, so that a mapping just below cannot overflow into the

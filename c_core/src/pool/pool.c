@@ -111,7 +111,9 @@ size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_
     size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
     m->cache_bytes -= bytes;
     n += bytes;
-    mtp__region_free_span(&p->rs, s, now_ms);
+    /* Empty since it was cached: its pages are due one delay after that, not after the drain
+     * (which would hold a whole huge range of MTPOOL_HUGEPAGES one more delay). */
+    mtp__region_free_span(&p->rs, s, s->free_time_ms < now_ms ? s->free_time_ms : now_ms);
   }
   cache_unlock(m);
   if (n) note_free_pages(p);

@@ -25,6 +25,90 @@ _Static_assert(MTP_REGION_HEADER_PAGES < 8, "region header must stay small");
 static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->regions); }
 static mtpi_region_t *next_of(mtpi_region_t *r) { return mtp__region_from_node(r->h.link.next); }
 
+/* Huge pages (MTPOOL_HUGEPAGES). The guard splits the region's mapping, so only the aligned huge
+ * ranges past it can be huge: with 2 MiB huge pages, the region's upper half (32 of its 62 usable
+ * pages). The advice covers everything past the guard (one mapping, not two). */
+static unsigned huge_first(const mtpi_region_t *r) {
+  unsigned hp = r->h.huge_pages, guard = (unsigned)(sizeof(r->guard) / MTP_PAGE_SIZE);
+  return (guard + hp - 1) / hp * hp;
+}
+
+static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
+  int mode = mtp__hugepages_mode();
+  if (mode == MTP_HUGE_SYSTEM) return;
+  size_t hsize = mtp__os_huge_page_size();
+  /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
+   * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
+  if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
+  bool huge = mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && rs->mapped_bytes >= MTP_HUGE_AUTO_BYTES);
+  char *from = r->guard + sizeof(r->guard);
+  /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
+  if (mtp__os_huge_advise(from, MTP_REGION_SIZE - sizeof(r->guard), huge) == 0 && huge)
+    r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
+}
+
+/* Purge the pages of word wi of r that `which` names, one madvise per run of consecutive pages;
+ * count the dirty ones as returned and clean. A refused run stays dirty, to be tried again later. */
+static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t which,
+                       size_t *returned) {
+  while (which) {
+    unsigned lo = (unsigned)__builtin_ctzll(which), hi = lo;
+    while (hi < 64 && (which >> hi & 1)) hi++;
+    uint64_t bits = (hi - lo == 64) ? ~0ull : (((uint64_t)1 << (hi - lo)) - 1) << lo;
+    which &= ~bits;
+    char *at = (char *)r + ((size_t)(wi * 64 + lo) << MTP_PAGE_SHIFT);
+    if (mtp__os_purge(at, (size_t)(hi - lo) << MTP_PAGE_SHIFT) != 0) continue;
+    size_t len = (size_t)__builtin_popcountll(r->h.dirty_mask[wi] & bits) << MTP_PAGE_SHIFT;
+    r->h.dirty_mask[wi] &= ~bits;
+    rs->clean_bytes += len; /* the pages that were dirty: clean ones were counted already */
+    *returned += len;
+  }
+}
+
+/* The huge ranges of word wi. A range is purged in one step once every dirty page in it is due,
+ * so that a huge page is split once at most, not page by page:
+ *  - all its pages free: one madvise of the whole range (its never-touched pages may be resident
+ *    too, faulted in with the huge page), and a range split earlier is advised huge again;
+ *  - some in use: advised MADV_NOHUGEPAGE (split for good, so that khugepaged, which here fills
+ *    a range with as few as one page present, does not make it resident again), then its free
+ *    pages, clean ones included, purged; from then on it is purged page by page, as a region
+ *    without huge pages, until it is all free again.
+ * Returns the mask of huge ranges dealt with here (done, or waiting): the page-by-page pass
+ * skips them. */
+static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t now_ms,
+                           long delay, bool force, size_t *returned) {
+  unsigned hp = r->h.huge_pages;
+  if (hp == 0) return 0;
+  uint64_t handled = 0;
+  for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
+    if (i / 64 != wi) continue;
+    uint64_t bits = (hp == 64 ? ~0ull : (((uint64_t)1 << hp) - 1)) << (i % 64);
+    bool all_free = (r->h.free_mask[wi] & bits) == bits, split = (r->h.huge_split[wi] & bits) != 0;
+    if (split && !all_free) continue; /* small pages now: the page-by-page pass */
+    handled |= bits;
+    uint64_t dirty = r->h.dirty_mask[wi] & bits;
+    if (dirty == 0) continue;
+    bool due = true;
+    for (unsigned j = i; j < i + hp && due && !force; j++)
+      if (dirty >> (j % 64) & 1)
+        due = delay >= 0 && r->pages[j].free_time_ms + (uint64_t)delay <= now_ms;
+    if (!due) continue;
+    char *at = (char *)r + ((size_t)i << MTP_PAGE_SHIFT);
+    size_t len = (size_t)hp << MTP_PAGE_SHIFT;
+    if (all_free) {
+      purge_runs(rs, r, wi, bits, returned);
+      if (split && (r->h.dirty_mask[wi] & bits) == 0 && mtp__os_huge_advise(at, len, true) == 0)
+        r->h.huge_split[wi] &= ~bits;
+    } else {
+      /* Refused (a kernel out of memory for the split): held, tried again at the next purge. */
+      if (mtp__os_huge_advise(at, len, false) != 0) continue;
+      r->h.huge_split[wi] |= bits;
+      purge_runs(rs, r, wi, r->h.free_mask[wi] & bits, returned);
+    }
+  }
+  return handled;
+}
+
 static mtpi_region_t *region_new(mtpi_rset_t *rs) {
   mtpi_region_t *r = mtp__os_map(MTP_REGION_SIZE, MTP_REGION_SIZE);
   if (r == NULL) return NULL;
@@ -43,6 +127,7 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs) {
       r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
   }
   r->h.free_pages = USABLE_PAGES;
+  huge_advise(rs, r);
   mtp__track_poison((char *)r + FIRST_PAGE * MTP_PAGE_SIZE, USABLE_PAGES * MTP_PAGE_SIZE);
   mtp__u8_store_relaxed(&mtp__chunkmap[idx], 1); /* relaxed: see region.h */
   rs->mapped_bytes += MTP_REGION_SIZE;
@@ -204,7 +289,7 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
     next = next_of(r);
     if (r->h.free_pages == 0) break; /* the rest are full */
     for (unsigned wi = 0; wi < WORDS; wi++) {
-      uint64_t w = r->h.dirty_mask[wi];
+      uint64_t w = r->h.dirty_mask[wi] & ~huge_purge(rs, r, wi, now_ms, delay, force, &returned);
       while (w) {
         unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
         /* a run of consecutive dirty pages that are all due */

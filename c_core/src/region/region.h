@@ -61,7 +61,9 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages);
 bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len);
 void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
 /* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
- * not force); unmap regions left entirely free and clean. Returns the bytes given back (a purge
+ * not force); unmap regions left entirely free and clean. In a region advised for huge pages
+ * (MTPOOL_HUGEPAGES) a huge range is purged in one step once all its free pages are due: whole
+ * when all its pages are free, else split for good (MADV_NOHUGEPAGE) until it is all free again. Returns the bytes given back (a purge
  * the OS refused is not counted). */
 size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force);
 /* Are free pages left resident (a later purge has work)? */

@@ -1,0 +1,266 @@
+/* Unit test of the huge-page setting (MTPOOL_HUGEPAGES): its parsing, the advice a region gets
+ * (VmFlags "hg" / "nh" in /proc/self/smaps), the purge of a huge range (whole once all its pages
+ * are free, its free pages kept while one is in use, split by a forced purge), and that a pool
+ * still gives its memory back (RSS) through the purge thread. The setting is read once per
+ * process, so each setting runs in a child process of its own (this program, run again).
+ * Skips (77) where the kernel has no transparent huge pages. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/os.h"
+#include "base/track.h"
+#include "region/region.h"
+#include "testhelper.h"
+
+static void test_parse(void) {
+  CHECK(mtp__hugepages_parse(NULL) == MTP_HUGE_SYSTEM);
+  CHECK(mtp__hugepages_parse("") == MTP_HUGE_SYSTEM);
+  CHECK(mtp__hugepages_parse("0") == MTP_HUGE_NEVER);
+  CHECK(mtp__hugepages_parse("never") == MTP_HUGE_NEVER);
+  CHECK(mtp__hugepages_parse("off") == MTP_HUGE_NEVER);
+  CHECK(mtp__hugepages_parse("1") == MTP_HUGE_ALWAYS);
+  CHECK(mtp__hugepages_parse("always") == MTP_HUGE_ALWAYS);
+  CHECK(mtp__hugepages_parse("on") == MTP_HUGE_ALWAYS);
+  CHECK(mtp__hugepages_parse("auto") == MTP_HUGE_AUTO);
+  CHECK(mtp__hugepages_parse("2") == -1);
+  CHECK(mtp__hugepages_parse("yes") == -1);
+  CHECK(mtp__hugepages_parse("1 ") == -1);
+}
+
+/* The VmFlags line of the mapping that holds addr, and its AnonHugePages (kB). */
+static int smaps_of(const void *addr, char *flags, size_t n, long *anon_huge_kb) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  int in = 0, found = -1;
+  *anon_huge_kb = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      if (in) break;
+      in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+      continue;
+    }
+    if (!in) continue;
+    if (strncmp(line, "AnonHugePages:", 14) == 0) *anon_huge_kb = strtol(line + 14, NULL, 10);
+    if (strncmp(line, "VmFlags:", 8) == 0) {
+      snprintf(flags, n, "%s", line + 8);
+      found = 0;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+static int has_flag(const char *flags, const char *flag) {
+  char pad[600];
+  snprintf(pad, sizeof pad, " %s ", flags);
+  char *nl = strchr(pad, '\n');
+  if (nl) *nl = ' ';
+  char want[8];
+  snprintf(want, sizeof want, " %s ", flag);
+  return strstr(pad, want) != NULL;
+}
+
+/* In the child: the region of a fresh set carries the advice its setting asks for. */
+static void test_advice(void) {
+  const char *env = getenv("MTPOOL_HUGEPAGES");
+  int mode = mtp__hugepages_mode();
+  mtpi_rset_t rs = {0};
+  mtpi_page_t *s = mtp__region_alloc_span(&rs, 1);
+  REQUIRE(s != NULL, "a span");
+  s->kind = MTP_PAGE_SLAB;
+  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  char flags[512] = "";
+  long ahp;
+  /* the upper half: past the guard, where a huge page fits */
+  REQUIRE(smaps_of((char *)r + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0, "smaps entry");
+  printf("  MTPOOL_HUGEPAGES=%s: region %p VmFlags:%s", env ? env : "(unset)", (void *)r, flags);
+  if (mode == MTP_HUGE_ALWAYS) {
+    CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
+    CHECK(r->h.huge_pages == mtp__os_huge_page_size() / MTP_PAGE_SIZE);
+  } else if (mode == MTP_HUGE_NEVER || mode == MTP_HUGE_AUTO) {
+    /* auto: the first regions of a set are below the threshold */
+    CHECK(has_flag(flags, "nh") && !has_flag(flags, "hg"));
+    CHECK(r->h.huge_pages == 0);
+  } else {
+    CHECK(!has_flag(flags, "nh") && !has_flag(flags, "hg"));
+    CHECK(r->h.huge_pages == 0);
+  }
+  mtp__region_free_span(&rs, s, 0);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK(rs.regions == NULL);
+  if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised */
+    mtpi_page_t *t = NULL, *first = NULL;
+    while (rs.mapped_bytes <= MTP_HUGE_AUTO_BYTES) {
+      t = mtp__region_alloc_span(&rs, 4);
+      REQUIRE(t != NULL, "a span");
+      t->kind = MTP_PAGE_SLAB;
+      if (first == NULL) first = t;
+    }
+    /* t's region was mapped when the set held MTP_HUGE_AUTO_BYTES already */
+    mtpi_region_t *small = mtp__region_of((uintptr_t)first), *big = mtp__region_of((uintptr_t)t);
+    CHECK(small->h.huge_pages == 0);
+    REQUIRE(smaps_of((char *)big + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0, "smaps");
+    printf("  auto, region at %zu MiB mapped: VmFlags:%s", rs.mapped_bytes >> 20, flags);
+    CHECK(has_flag(flags, "hg") && big->h.huge_pages != 0);
+    mtp__region_unmap_all(&rs);
+  }
+}
+
+/* Share of purged bytes that RSS must drop by: a sanitizer's own bookkeeping (allocator, shadow)
+ * moves RSS by tens of kB meanwhile. */
+#define PCT (TH_SANITIZED ? 90 : 99)
+
+/* Write a span's memory as a slab would (a fresh span is poisoned for ASan until formatted). */
+static void touch(mtpi_page_t *s, int byte) {
+  char *p = mtp__page_start(s);
+  mtp__track_alloc(p, MTP_PAGE_SIZE);
+  memset(p, byte, MTP_PAGE_SIZE);
+}
+
+/* In the child with MTPOOL_HUGEPAGES=1: a huge range goes back in one step once all its free pages
+ * are due: whole, or split (MADV_NOHUGEPAGE, free pages purged) while a page of it is in use, and
+ * advised huge again once it is all free. */
+static void test_huge_purge(void) {
+  mtpi_rset_t rs = {0};
+  mtpi_page_t *got[MTP_PAGES_PER_REGION] = {0};
+  for (unsigned i = 0; i < MTP_REGION_USABLE_PAGES; i++) {
+    mtpi_page_t *s = mtp__region_alloc_span(&rs, 1);
+    REQUIRE(s != NULL, "a span");
+    s->kind = MTP_PAGE_SLAB;
+    got[s - mtp__region_of((uintptr_t)s)->pages] = s;
+  }
+  mtpi_region_t *r = mtp__region_of((uintptr_t)got[MTP_REGION_FIRST_PAGE]);
+  unsigned hp = r->h.huge_pages, first = MTP_PAGES_PER_REGION / 2;
+  REQUIRE(hp == 32, "2 MiB huge pages of 32 mtpool pages (got %u)", hp);
+  for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) touch(got[i], 1);
+  char *upper_at = (char *)r + first * MTP_PAGE_SIZE;
+  long ahp;
+  char flags[512];
+  REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
+  /* Informational: the kernel may fall back to small pages (fragmented memory, THP 'never'). */
+  printf("  AnonHugePages of the region's mapping after touching it: %ld kB\n", ahp);
+  unsigned keep = first + 7, late = first + 20, low_keep = MTP_REGION_FIRST_PAGE;
+  uint64_t upper = ~0ull << first, lower = ~upper;
+  /* free all but one page in each half; one page of the huge range later than the others */
+  for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
+    if (i != keep && i != low_keep) mtp__region_free_span(&rs, got[i], i == late ? 900 : 100);
+  size_t rss0 = th_rss();
+  size_t back = mtp__region_purge(&rs, 1000, 500, false);
+  /* the small half purged page by page; the huge range waits for its last free page */
+  CHECK((r->h.dirty_mask[0] & lower) == 0);
+  CHECK(r->h.dirty_mask[0] == (upper & ~((uint64_t)1 << keep)));
+  CHECK_EQ_SZ(back, (size_t)(first - MTP_REGION_FIRST_PAGE - 1) << MTP_PAGE_SHIFT);
+  CHECK(mtp__region_dirty_left(&rs));
+  CHECK(r->h.huge_split[0] == 0);
+  /* all due: split (advised no-huge), every free page of it purged, the used one kept */
+  back = mtp__region_purge(&rs, 1400, 500, false);
+  size_t rss1 = th_rss();
+  CHECK_EQ_SZ(back, (size_t)(hp - 1) << MTP_PAGE_SHIFT);
+  CHECK(r->h.dirty_mask[0] == 0 && !mtp__region_dirty_left(&rs));
+  CHECK(r->h.huge_split[0] == upper);
+  REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
+  printf("  split: VmFlags:%s", flags);
+  CHECK(has_flag(flags, "nh") && !has_flag(flags, "hg"));
+  size_t freed = (size_t)(MTP_REGION_USABLE_PAGES - 2) * MTP_PAGE_SIZE;
+  EXPECT(rss0 > rss1 && rss0 - rss1 >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
+  CHECK(((const char *)mtp__page_start(got[keep]))[5] == 1); /* the page in use kept its data */
+  /* split, it is purged page by page */
+  mtpi_page_t *again = mtp__region_alloc_span(&rs, 1);
+  REQUIRE(again != NULL && mtp__region_of((uintptr_t)again) == r, "a span of the region");
+  again->kind = MTP_PAGE_SLAB;
+  touch(again, 4);
+  mtp__region_free_span(&rs, again, 3000);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false), MTP_PAGE_SIZE);
+  /* the last used page of the range is freed: purged whole after the delay, advised huge again */
+  mtp__region_free_span(&rs, got[keep], 4000);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false), 0); /* not due yet */
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false), MTP_PAGE_SIZE);
+  CHECK(r->h.huge_split[0] == 0);
+  REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
+  printf("  all free: VmFlags:%s", flags);
+  CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
+  /* a forced purge (trim) does not wait for the delay */
+  mtp__region_free_span(&rs, got[low_keep], 5000);
+  CHECK(mtp__region_purge(&rs, 5000, 500, true) >= MTP_PAGE_SIZE);
+  CHECK(rs.regions == NULL); /* all free and clean: unmapped */
+  CHECK(!mtp__is_region_ptr((uintptr_t)r));
+}
+
+/* In the child: a pool's memory goes back through the purge thread with the setting in force. */
+static void test_pool_gives_back(void) {
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  opt.name = "huge";
+  opt.purge_delay_ms = 20;
+  mtp_pool_t *p = mtp_pool_create(&opt);
+  REQUIRE(p != NULL, "a pool");
+  enum { N = 48 * 1024, SIZE = 1024 }; /* 48 MiB: past auto's threshold */
+  static void *blk[N];
+  memset(blk, 1, sizeof blk); /* resident before the baseline */
+  size_t rss0 = th_rss();
+  for (unsigned i = 0; i < N; i++) {
+    blk[i] = mtp_pool_alloc(p, SIZE);
+    REQUIRE(blk[i] != NULL, "an allocation");
+    memset(blk[i], 3, SIZE);
+  }
+  size_t peak = th_rss();
+  for (unsigned i = 0; i < N; i++) mtp_free(blk[i]);
+  mtp_thread_flush();
+  size_t after = peak;
+  double t0 = th_now();
+  /* ASan keeps the shadow of the poisoned pages resident (1/8 of them), TSan its shadow of every
+   * byte touched (more than the bytes): RSS is checked without TSan, the statistics always. */
+  size_t want = (peak - rss0) * (TH_ASAN ? 85 : 99) / 100;
+  mtp_stats_t st;
+  while (th_now() - t0 < 10) {
+    usleep(20000);
+    after = th_rss();
+    mtp_pool_stats(p, &st);
+    if ((TH_TSAN || (peak > after && peak - after >= want)) && st.bytes_reserved == 0) break;
+  }
+  printf("  %s: RSS grew %zu kB, %zu kB back after %.2f s; %zu kB reserved, %zu kB returned\n",
+         getenv("MTPOOL_HUGEPAGES") ? getenv("MTPOOL_HUGEPAGES") : "(unset)", (peak - rss0) / 1024,
+         peak > after ? (peak - after) / 1024 : 0, th_now() - t0, (size_t)st.bytes_reserved / 1024,
+         (size_t)st.bytes_returned / 1024);
+  if (!TH_TSAN) CHECK(peak > after && peak - after >= want);
+  CHECK_EQ_SZ(st.bytes_reserved, 0); /* every region unmapped */
+  CHECK(st.bytes_returned >= (size_t)N * SIZE);
+  mtp_pool_destroy(p);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) { /* a child: MTPOOL_HUGEPAGES is set (or not) by the parent */
+    RUN(test_advice);
+    if (strcmp(argv[1], "huge") == 0) RUN(test_huge_purge);
+    RUN(test_pool_gives_back);
+    DONE();
+  }
+  RUN(test_parse);
+  if (mtp__os_huge_page_size() == 0) {
+    printf("SKIP: the kernel has no transparent huge pages (no hpage_pmd_size)\n");
+    return TH_SKIP;
+  }
+  if (mtp__os_huge_page_size() != 2u << 20 || sysconf(_SC_PAGESIZE) != 4096) {
+    printf("SKIP: huge pages of %zu bytes: this test knows 2 MiB over 4 KiB pages\n", mtp__os_huge_page_size());
+    return TH_SKIP;
+  }
+  static const struct {
+    const char *arg, *env;
+  } runs[] = {{"system", "MTPOOL_HUGEPAGES"}, {"never", "MTPOOL_HUGEPAGES=0"},
+              {"huge", "MTPOOL_HUGEPAGES=1"}, {"auto", "MTPOOL_HUGEPAGES=auto"}};
+  for (unsigned i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    char *args[] = {argv[0], (char *)runs[i].arg, NULL};
+    const char *env[] = {runs[i].env, NULL};
+    th_proc_t res;
+    int rc = th_run_self(args, env, 120, &res);
+    char st[64];
+    printf("%s (%s): %s\n%s%s", runs[i].arg, runs[i].env, th_status_str(res.status, st, sizeof st),
+           res.out ? res.out : "", res.err ? res.err : "");
+    CHECK(rc == 0 && WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0);
+    th_proc_free(&res);
+  }
+  DONE();
+}
