@@ -100,3 +100,16 @@ uint64_t mtp__os_now_ms(void) {
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0; /* cannot fail for CLOCK_MONOTONIC */
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
+
+void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
+  if (new_size > old_size && inject_fails()) { /* shrinking maps nothing: never injected */
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+  if (q == MAP_FAILED) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return q;
+}

@@ -34,6 +34,12 @@ uint64_t mtp__os_now_ms(void);
  * injection off. */
 void mtp__os_inject_failure(long after_n_calls);
 
+/* Resize the mapping [p, p+old_size) to new_size (both multiples of the OS page), moving it if it
+ * cannot change in place (MREMAP_MAYMOVE): its pages move with it, neither copied nor faulted
+ * again. Returns the new address, or NULL + errno ENOMEM (the old mapping is then unchanged). An
+ * injected failure (mtp__os_inject_failure) counts as a map. pre: mapped by mtp__os_map. */
+void *mtp__os_remap(void *p, size_t old_size, size_t new_size);
+
 #pragma GCC visibility pop
 
 #endif
