@@ -96,8 +96,11 @@ void *mtp_calloc(size_t count, size_t size) { return mtp_pool_calloc(NULL, count
 
 static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
   if (p == NULL) return;
-  if (!mtp__large_free(p, size, sized))
+  int r = mtp__large_free(p, size, sized);
+  if (r == MTP_LARGE_NOT)
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
+  else if (r == MTP_LARGE_CACHED)
+    mtp__purger_wake(); /* the cached mapping goes back after the pool's delay */
 }
 
 /* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
@@ -208,7 +211,19 @@ void *mtp_realloc(void *p, size_t size) {
   /* Keep the block when the new size maps to its size class, so that a sized free with either
    * size stays valid. */
   if (s != NULL && !s->checked && size <= MTP_MAX_SMALL && mtp__class_of(size) == s->cls) return p;
-  void *q = mtp_pool_alloc(mtp__pool_out(pool), size);
+  /* A large block that stays large is resized in its mapping (mremap: no copy), with an eighth
+   * more room when it grows, as a growing buffer usually grows again; one that becomes large
+   * gets that room at once. Checked pools keep the exact canary: they copy. */
+  void *q = NULL;
+  if (size > MTP_MAX_SMALL && !pool->check) {
+    if (s == NULL) {
+      q = mtp__large_resize(p, size, size / 8);
+      if (q != NULL) return q;
+    }
+    q = mtp__large_alloc_room(pool, size, size / 8);
+  } else {
+    q = mtp_pool_alloc(mtp__pool_out(pool), size);
+  }
   if (q == NULL) return NULL;
   memcpy(q, p, size < old ? size : old);
   mtp_free(p);

@@ -64,12 +64,13 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   pthread_mutex_lock(&mtp__large_lock);
   out->large_blocks = p->large_count;
   out->large_bytes = p->large_bytes;
+  size_t large_cached = p->large_cached_bytes; /* freed mappings kept for reuse: free, not in use */
   allocs += p->large_allocs;
   pthread_mutex_unlock(&mtp__large_lock);
   out->blocks_in_use += out->large_blocks;
   out->bytes_in_use += out->large_bytes;
-  out->bytes_mapped += out->large_bytes;
-  out->bytes_reserved += out->large_bytes;
+  out->bytes_mapped += out->large_bytes + large_cached;
+  out->bytes_reserved += out->large_bytes + large_cached;
   out->bytes_free = out->bytes_reserved > out->bytes_in_use ? out->bytes_reserved - out->bytes_in_use : 0;
   out->allocs = allocs;
   out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;

@@ -128,3 +128,16 @@ size_t mtp__os_huge_page_size(void) {
 int mtp__os_huge_advise(void *p, size_t size, bool huge) {
   return madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
 }
+
+void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
+  if (new_size > old_size && inject_fails()) { /* shrinking maps nothing: never injected */
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+  if (q == MAP_FAILED) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return q;
+}

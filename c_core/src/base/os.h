@@ -44,6 +44,12 @@ size_t mtp__os_huge_page_size(void);
  * where the kernel lacks transparent huge pages); the advice is a hint, so callers may ignore it. */
 int mtp__os_huge_advise(void *p, size_t size, bool huge);
 
+/* Resize the mapping [p, p+old_size) to new_size (both multiples of the OS page), moving it if it
+ * cannot change in place (MREMAP_MAYMOVE): its pages move with it, neither copied nor faulted
+ * again. Returns the new address, or NULL + errno ENOMEM (the old mapping is then unchanged). An
+ * injected failure (mtp__os_inject_failure) counts as a map. pre: mapped by mtp__os_map. */
+void *mtp__os_remap(void *p, size_t old_size, size_t new_size);
+
 #pragma GCC visibility pop
 
 #endif

@@ -268,14 +268,19 @@ struct mtpi_thread {
 /* ------------------------------------------------------------------------------------------------
  * Large blocks (pool layer, large.c; every field under the large lock)
  * ----------------------------------------------------------------------------------------------*/
+/* A record is LIVE (handed out: on its pool's `large` list) or CACHED (freed, its mapping kept for
+ * reuse: on its pool's `large_cache` list, newest first). Both kinds stay in the hash, so that a
+ * free of a cached block's address is told apart (a double free) from a foreign pointer. */
 typedef struct mtpi_large {
   void *ptr;  /* what the user holds */
   void *map;  /* the mapping */
   size_t map_size;
-  size_t size; /* requested */
+  size_t size; /* requested (LIVE) */
   mtpi_pool_t *pool;
   struct mtpi_large *hash_next;
-  mtpi_node_t link; /* the pool's large list */
+  mtpi_node_t link;      /* the pool's large list (LIVE) or its cache (CACHED) */
+  uint64_t free_time_ms; /* CACHED: when it was freed */
+  bool cached;
 } mtpi_large_t;
 
 /* ------------------------------------------------------------------------------------------------
@@ -298,9 +303,11 @@ struct mtp_pool {
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
   /* large blocks: under the large lock */
-  mtpi_node_t *large;
-  size_t large_count, large_bytes;
+  mtpi_node_t *large;                     /* LIVE records */
+  size_t large_count, large_bytes;        /* LIVE: blocks, mapped bytes */
   uint64_t large_allocs;
+  mtpi_node_t *large_cache;               /* CACHED records, newest first */
+  size_t large_cached_count, large_cached_bytes;
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

@@ -251,8 +251,10 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
       mtp__cache_drain_locked(p, member_of(it), cutoff, now);
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
   mtp__u64_add_relaxed(&p->bytes_returned, n);
+  bool large_left = false; /* cached large mappings: counted in bytes_returned by large.c */
+  n += mtp__large_purge(p, cutoff, &large_left);
   if (pending) {
-    bool left = mtp__region_dirty_left(&p->rs);
+    bool left = large_left || mtp__region_dirty_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_any(member_of(it));
     *pending = *pending || (left && p->purge_delay_ms >= 0);
   }

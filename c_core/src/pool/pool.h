@@ -96,12 +96,28 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
 /* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
 void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
 
-/* ---- large blocks (large.c) ---- */
+/* ---- large blocks (large.c; a freed block's mapping is cached: see there) ---- */
+/* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held. */
 void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
-/* Frees p if it is a large block (checking size if sized). false: not a large block. */
-bool mtp__large_free(void *p, size_t size, bool sized);
+/* The same, with room for `room` bytes more in its mapping (a block that realloc grows). */
+void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room);
+/* Frees p if it is a large block (checking size if sized). Returns MTP_LARGE_NOT if it is not a
+ * large block, MTP_LARGE_CACHED if its mapping was cached and the caller must wake the purge
+ * thread (mtp__purger_wake: large.c sits below pool.c), else MTP_LARGE_FREED (freed, or misuse
+ * reported). A free of a block that is cached already is reported as a double free. */
+enum { MTP_LARGE_NOT = 0, MTP_LARGE_FREED = 1, MTP_LARGE_CACHED = 2 };
+int mtp__large_free(void *p, size_t size, bool sized);
 /* Is p a large block? Then *usable gets its usable size and *pool_out (if not NULL) its pool. */
 bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out);
+/* Resize the large block p (not of a checked pool) to size bytes in its own mapping: grown with
+ * mremap (pages move, no copy; `room` bytes more for the next growth), or its tail unmapped when
+ * it shrinks by more than a quarter. Returns the block's (maybe new) address, or NULL if it could
+ * not (p not such a block, or the OS refused): p is then unchanged. No lock held. */
+void *mtp__large_resize(void *p, size_t size, size_t room);
+/* Unmap the pool's cached mappings freed at or before older_than_ms (UINT64_MAX: all); *left (if
+ * not NULL): whether some stay cached. Returns the bytes returned (counted in bytes_returned).
+ * Takes the large lock; may be called with the registry and pool locks held. */
+size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool *left);
 void mtp__large_destroy_pool(mtpi_pool_t *pool);
 extern pthread_mutex_t mtp__large_lock;
 

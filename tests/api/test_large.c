@@ -1,0 +1,396 @@
+/* Large blocks (above 32 KiB): the cache of freed mappings (reuse, its bound, purge after the
+ * pool's delay, trim, destroy, statistics), realloc by mremap (grow and shrink keeping contents,
+ * small -> large -> small), bad input (double free of a cached block, interior and foreign
+ * pointers), OS failures (mtp__os_inject_failure), and two threads at once (for TSan). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mtpool/mtpool.h"
+#include "os.h" /* mtp__os_inject_failure */
+#include "testhelper.h"
+
+#define MiB ((size_t)1 << 20)
+
+static int g_err, g_errs;
+static void *g_err_ptr;
+static void on_error(int err, const char *msg, void *p, void *arg) {
+  (void)msg, (void)arg;
+  g_err = err;
+  g_err_ptr = p;
+  g_errs++;
+}
+
+static mtp_pool_t *make_pool(long delay_ms, int check) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.name = "large";
+  o.purge_delay_ms = delay_ms;
+  o.check = check;
+  mtp_pool_t *p = mtp_pool_create(&o);
+  REQUIRE(p != NULL, "pool_create");
+  return p;
+}
+
+static mtp_stats_t stats(mtp_pool_t *p) {
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(p, &st) == 0);
+  return st;
+}
+
+/* Bytes held and not in use: in these pools (no small blocks), the cached mappings. */
+static size_t cached(mtp_pool_t *p) {
+  mtp_stats_t st = stats(p);
+  return st.bytes_reserved - st.bytes_in_use;
+}
+
+static void test_reuse_and_stats(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  char *a = mtp_pool_alloc(p, MiB);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 7, MiB);
+  mtp_stats_t st = stats(p);
+  CHECK_EQ_SZ(st.large_blocks, 1);
+  CHECK_EQ_SZ(st.bytes_in_use, MiB);
+  mtp_free(a);
+  st = stats(p);
+  CHECK_EQ_SZ(st.large_blocks, 0);
+  CHECK_EQ_SZ(st.bytes_in_use, 0);
+  CHECK_EQ_SZ(st.bytes_reserved, MiB); /* kept: reserved and free, not in use */
+  CHECK_EQ_SZ(st.bytes_free, MiB);
+  CHECK_EQ_SZ(st.bytes_returned, 0);
+  CHECK_EQ_SZ(st.allocs, 1);
+  CHECK_EQ_SZ(st.frees, 1);
+  /* the same size again: the same mapping, its pages still there */
+  char *b = mtp_pool_alloc(p, MiB);
+  CHECK(b == a);
+  CHECK_EQ_SZ(mtp_usable_size(b), MiB);
+  CHECK(mtp_pool_of(b) == p);
+  mtp_free(b);
+  /* up to a quarter smaller: the whole mapping, and its usable size says so */
+  b = mtp_pool_alloc(p, 900 * 1024);
+  CHECK(b == a);
+  CHECK_EQ_SZ(mtp_usable_size(b), MiB);
+  mtp_free_sized(b, 900 * 1024); /* the requested size */
+  CHECK(g_errs == 0);
+  b = mtp_pool_alloc(p, 900 * 1024);
+  mtp_free_sized(b, MiB); /* the usable size */
+  CHECK(g_errs == 0);
+  /* much smaller: the head of the mapping, its tail returned */
+  b = mtp_pool_alloc(p, 100 * 1024);
+  CHECK(b == a);
+  CHECK_EQ_SZ(mtp_usable_size(b), 100 * 1024);
+  st = stats(p);
+  CHECK_EQ_SZ(st.bytes_returned, MiB - 100 * 1024);
+  CHECK_EQ_SZ(st.bytes_in_use, 100 * 1024);
+  CHECK_EQ_SZ(st.bytes_reserved, 100 * 1024);
+  /* larger than any cached mapping but at most twice: grown in place or moved by mremap */
+  mtp_free(b);
+  b = mtp_pool_alloc(p, 160 * 1024);
+  REQUIRE(b != NULL, "alloc");
+  CHECK_EQ_SZ(mtp_usable_size(b), 160 * 1024);
+  CHECK_EQ_SZ(cached(p), 0);
+  memset(b, 1, 160 * 1024);
+  mtp_free(b);
+  st = stats(p);
+  CHECK_EQ_SZ(st.allocs, 6);
+  CHECK_EQ_SZ(st.frees, 6);
+  mtp_pool_destroy(p);
+}
+
+static void test_bound(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  enum { N = 100 };
+  static char *b[N];
+  for (int i = 0; i < N; i++) {
+    b[i] = mtp_pool_alloc(p, MiB);
+    REQUIRE(b[i] != NULL, "alloc");
+  }
+  size_t max_cached = 0;
+  for (int i = 0; i < N; i++) {
+    mtp_free(b[i]);
+    mtp_stats_t st = stats(p);
+    size_t c = st.bytes_reserved - st.bytes_in_use;
+    /* the bound: 64 mappings, 32 MiB + a quarter of the live large bytes */
+    CHECK(c <= 32 * MiB + st.large_bytes / 4);
+    CHECK(c <= 64 * MiB);
+    if (c > max_cached) max_cached = c;
+  }
+  mtp_stats_t st = stats(p);
+  printf("cache bound: at most %zu MiB cached, %zu MiB at the end, %zu MiB returned\n",
+         max_cached >> 20, (st.bytes_reserved - st.bytes_in_use) >> 20, (size_t)st.bytes_returned >> 20);
+  CHECK(max_cached > 32 * MiB); /* the proportional part was used */
+  CHECK_EQ_SZ(st.bytes_reserved, 32 * MiB);
+  CHECK_EQ_SZ(st.bytes_returned, (N - 32) * MiB); /* evicted ones went back, counted */
+  /* a block above the bound is never kept */
+  char *big = mtp_pool_alloc(p, 40 * MiB);
+  REQUIRE(big != NULL, "alloc");
+  mtp_pool_trim(p);
+  mtp_free(big);
+  CHECK_EQ_SZ(stats(p).bytes_reserved, 0);
+  mtp_pool_destroy(p);
+}
+
+static void test_purge_after_delay(void) {
+  mtp_pool_t *p = make_pool(500, 0);
+  char *a = mtp_pool_alloc(p, 4 * MiB);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 3, 4 * MiB);
+  double t0 = th_now();
+  mtp_free(a);
+  size_t kept = cached(p);
+  double t1 = th_now();
+  if (t1 - t0 < 0.4) CHECK_EQ_SZ(kept, 4 * MiB); /* else the machine stalled past the delay */
+  while (cached(p) != 0 && th_now() - t0 < 10) usleep(10000);
+  double took = th_now() - t0;
+  mtp_stats_t st = stats(p);
+  printf("a cached 4 MiB mapping went back after %.0f ms (delay 500 ms)\n", took * 1e3);
+  CHECK_EQ_SZ(st.bytes_reserved, 0);
+  CHECK_EQ_SZ(st.bytes_mapped, 0);
+  CHECK_EQ_SZ(st.bytes_returned, 4 * MiB);
+  CHECK(took >= 0.45);
+  mtp_pool_destroy(p);
+}
+
+static void test_trim_and_destroy(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  char *a = mtp_pool_alloc(p, 3 * MiB), *b = mtp_pool_alloc(p, 2 * MiB);
+  REQUIRE(a && b, "alloc");
+  mtp_free(a);
+  CHECK_EQ_SZ(cached(p), 3 * MiB);
+  CHECK(mtp_pool_trim(p) >= 3 * MiB);
+  CHECK_EQ_SZ(cached(p), 0);
+  CHECK_EQ_SZ(stats(p).bytes_reserved, 2 * MiB);
+  mtp_free(b);
+  CHECK_EQ_SZ(cached(p), 2 * MiB);
+  CHECK(mtp_trim_all() >= 2 * MiB);
+  CHECK_EQ_SZ(stats(p).bytes_reserved, 0);
+  /* destroy with blocks live and cached: every mapping goes (VmSize falls back) */
+  long before = th_status_kb("VmSize");
+  for (int i = 0; i < 8; i++) {
+    a = mtp_pool_alloc(p, 8 * MiB);
+    b = mtp_pool_alloc(p, 8 * MiB);
+    REQUIRE(a && b, "alloc");
+    mtp_free(a);
+  }
+  long held = th_status_kb("VmSize");
+  mtp_pool_destroy(p);
+  long after = th_status_kb("VmSize");
+  printf("VmSize %ld kB, %ld kB with the pool's large blocks, %ld kB after destroy\n", before, held,
+         after);
+  if (!TH_SANITIZED) CHECK(after <= before + 1024 && held >= before + 60 * 1024);
+  /* a pool that purges at once, and a checked pool, keep nothing */
+  mtp_pool_t *z = make_pool(0, 0), *c = make_pool(60000, 1);
+  a = mtp_pool_alloc(z, MiB);
+  b = mtp_pool_alloc(c, MiB);
+  REQUIRE(a && b, "alloc");
+  mtp_free(a);
+  mtp_free(b);
+  CHECK_EQ_SZ(stats(z).bytes_reserved, 0);
+  CHECK_EQ_SZ(stats(c).bytes_reserved, 0);
+  mtp_pool_destroy(z);
+  mtp_pool_destroy(c);
+}
+
+static void test_bad_input(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  g_errs = 0;
+  char *a = mtp_pool_alloc(p, 2 * MiB);
+  REQUIRE(a != NULL, "alloc");
+  mtp_free(a + 8192); /* interior */
+  CHECK(g_errs == 1 && g_err == MTP_ERR_INVALID_POINTER && g_err_ptr == a + 8192);
+  mtp_free_sized(a, 64); /* wrong size */
+  CHECK(g_errs == 2 && g_err == MTP_ERR_WRONG_SIZE && g_err_ptr == a);
+  mtp_free(a);
+  CHECK(g_errs == 2);
+  mtp_free(a); /* its mapping is cached: a double free */
+  CHECK(g_errs == 3 && g_err == MTP_ERR_DOUBLE_FREE && g_err_ptr == a);
+  CHECK(mtp_usable_size(a) == 0 && g_errs == 4 && g_err == MTP_ERR_INVALID_POINTER);
+  errno = 0;
+  CHECK(mtp_realloc(a, 3 * MiB) == NULL && errno == EINVAL && g_errs == 5);
+  CHECK(mtp_pool_of(a) == NULL);
+  CHECK_EQ_SZ(cached(p), 2 * MiB); /* nothing of that changed the cache */
+  mtp_pool_trim(p);
+  mtp_free(a); /* its mapping is gone now: not mtpool's */
+  CHECK(g_errs == 6 && g_err == MTP_ERR_INVALID_POINTER);
+  static char foreign[1 << 16];
+  mtp_free(foreign + 4096);
+  CHECK(g_errs == 7 && g_err == MTP_ERR_INVALID_POINTER);
+  CHECK_EQ_SZ(stats(p).allocs, 1);
+  CHECK_EQ_SZ(stats(p).frees, 1);
+  g_errs = 0;
+  mtp_pool_destroy(p);
+}
+
+static void fill(unsigned char *p, size_t from, size_t to) {
+  for (size_t i = (from + 511) / 512 * 512; i < to; i += 512)
+    p[i] = (unsigned char)(i / 512 * 7 + 1);
+}
+static int intact(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i += 512)
+    if (p[i] != (unsigned char)(i / 512 * 7 + 1)) return 0;
+  return 1;
+}
+
+static void test_realloc(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  /* small -> large -> grown to 8 MiB in 4 KiB steps */
+  unsigned char *b = mtp_pool_alloc(p, 20000);
+  REQUIRE(b != NULL, "alloc");
+  fill(b, 0, 20000);
+  size_t n = 20000, moves = 0, steps = 0;
+  for (size_t to = 24576; to <= 8 * MiB; to += 4096) {
+    unsigned char *q = mtp_realloc(b, to);
+    REQUIRE(q != NULL, "realloc to %zu", to);
+    if (q != b) moves++;
+    steps++;
+    b = q;
+    CHECK(mtp_usable_size(b) >= to);
+    fill(b, n, to);
+    n = to;
+  }
+  CHECK(intact(b, n));
+  mtp_stats_t st = stats(p);
+  printf("realloc 20000 B -> 8 MiB in 4 KiB steps: %zu steps, %zu moved\n", steps, moves);
+  CHECK(moves < steps / 20); /* room for growth: most steps stay in the mapping */
+  CHECK_EQ_SZ(st.large_blocks, 1);
+  CHECK_EQ_SZ(st.blocks_in_use, 1);
+  CHECK(st.large_bytes <= 8 * MiB + MiB + 4096); /* at most an eighth more */
+  /* shrink by more than a quarter: in place, the tail returned */
+  uint64_t ret0 = st.bytes_returned;
+  unsigned char *q = mtp_realloc(b, MiB);
+  CHECK(q == b);
+  CHECK(intact(q, MiB));
+  CHECK_EQ_SZ(mtp_usable_size(q), MiB);
+  st = stats(p);
+  CHECK(st.bytes_returned > ret0);
+  CHECK_EQ_SZ(st.large_bytes, MiB);
+  mtp_free_sized(q, MiB);
+  CHECK(g_errs == 0);
+  /* large -> small keeps the contents and leaves the large mapping cached */
+  b = mtp_pool_alloc(p, 2 * MiB);
+  fill(b, 0, 2 * MiB);
+  q = mtp_realloc(b, 3000);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, 3000));
+  CHECK(mtp_pool_of(q) == p);
+  CHECK(stats(p).large_blocks == 0);
+  q = mtp_realloc(q, 5 * MiB); /* and back up */
+  CHECK(intact(q, 3000));
+  CHECK(mtp_usable_size(q) >= 5 * MiB);
+  mtp_free(q);
+  /* a checked pool copies (exact canary), and still catches an overflow past a large block */
+  mtp_pool_t *c = make_pool(60000, 1);
+  b = mtp_pool_alloc(c, 100000);
+  fill(b, 0, 100000);
+  q = mtp_realloc(b, 200000);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, 100000));
+  CHECK_EQ_SZ(mtp_usable_size(q), 200000);
+  th_opaque_ptr(q)[th_opaque(200000)] = 0x55; /* one byte past the requested size */
+  g_errs = 0;
+  mtp_free(q);
+  CHECK(g_errs == 1 && g_err == MTP_ERR_OVERFLOW);
+  g_errs = 0;
+  mtp_pool_destroy(c);
+  mtp_pool_destroy(p);
+}
+
+static void test_os_failure(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  unsigned char *a = mtp_pool_alloc(p, 2 * MiB), *b = mtp_pool_alloc(p, MiB);
+  REQUIRE(a && b, "alloc");
+  fill(b, 0, MiB);
+  mtp_free(a);
+  mtp__os_inject_failure(0); /* every map (and growing remap) fails from now */
+  errno = 0;
+  unsigned char *c = mtp_pool_alloc(p, 8 * MiB); /* no cached mapping fits: the OS is asked */
+  CHECK(c == NULL && errno == ENOMEM);
+  c = mtp_pool_alloc(p, 2 * MiB); /* the cached one fits: no OS call */
+  CHECK(c != NULL);
+  errno = 0;
+  unsigned char *q = mtp_realloc(b, 16 * MiB); /* mremap and a fresh map both refused */
+  CHECK(q == NULL && errno == ENOMEM);
+  CHECK(intact(b, MiB)); /* untouched */
+  CHECK_EQ_SZ(mtp_usable_size(b), MiB);
+  q = mtp_realloc(b, MiB / 2); /* shrinking needs no new memory */
+  CHECK(q == b && intact(q, MiB / 2));
+  mtp__os_inject_failure(-1);
+  q = mtp_realloc(q, 16 * MiB);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, MiB / 2));
+  mtp_free(q);
+  mtp_free(c);
+  mtp_stats_t st = stats(p);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK(g_errs == 0);
+  mtp_pool_destroy(p);
+}
+
+/* Two threads allocate, grow, check and free blocks of 40 KiB .. 2 MiB in one pool, and a third
+ * trims it now and then: the cache, mremap and the purge race with each other. */
+static mtp_pool_t *g_mt_pool;
+static volatile int g_mt_stop;
+static void *mt_worker(void *arg) {
+  th_rng_t r;
+  th_rng_seed(&r, (uintptr_t)arg, 3, 5);
+  int bad = 0;
+  for (int i = 0; i < 400; i++) {
+    size_t n = 40000 + th_below(&r, 2 * MiB);
+    unsigned char *p = mtp_pool_alloc(g_mt_pool, n);
+    if (p == NULL) return (void *)1;
+    fill(p, 0, n);
+    if (th_below(&r, 2)) {
+      size_t m = n + th_below(&r, MiB);
+      unsigned char *q = mtp_realloc(p, m);
+      if (q == NULL) return (void *)1;
+      bad |= !intact(q, n);
+      p = q;
+      n = m;
+    }
+    if (mtp_usable_size(p) < n) bad = 1;
+    mtp_free(p);
+  }
+  return (void *)(uintptr_t)bad;
+}
+static void *mt_trimmer(void *arg) {
+  (void)arg;
+  while (!g_mt_stop) {
+    mtp_pool_trim(g_mt_pool);
+    usleep(2000);
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  g_mt_pool = make_pool(5, 0); /* a short delay: the purge thread runs during the test */
+  pthread_t t[3];
+  for (uintptr_t i = 0; i < 2; i++) pthread_create(&t[i], NULL, mt_worker, (void *)(i + 1));
+  pthread_create(&t[2], NULL, mt_trimmer, NULL);
+  void *r0, *r1;
+  pthread_join(t[0], &r0);
+  pthread_join(t[1], &r1);
+  g_mt_stop = 1;
+  pthread_join(t[2], NULL);
+  CHECK(r0 == NULL && r1 == NULL);
+  mtp_stats_t st = stats(g_mt_pool);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK_EQ_SZ(st.allocs, st.frees);
+  mtp_pool_destroy(g_mt_pool);
+  CHECK(g_errs == 0);
+}
+
+int main(void) {
+  mtp_set_error_handler(on_error, NULL);
+  RUN(test_reuse_and_stats);
+  RUN(test_bound);
+  RUN(test_purge_after_delay);
+  RUN(test_trim_and_destroy);
+  RUN(test_bad_input);
+  RUN(test_realloc);
+  RUN(test_os_failure);
+  RUN(test_threads);
+  DONE();
+}
