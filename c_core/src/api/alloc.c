@@ -11,7 +11,8 @@
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
  *     slab = descriptor of p's page; slab->owner == this thread and p below the slab's bump
  *     pointer? push on slab->free, --used
- *     else mtp__heap_free_slow          (heap.c: remote CAS push, detached slabs, misuse)
+ *     else mtp__heap_free_other         (heap.c: a slab another thread owns: checks, one CAS
+ *                                       push; else mtp__heap_free_slow: detached slabs, misuse)
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
  * chunk map, the owner compare, the bump compare that rejects a block never handed out, a block
@@ -130,7 +131,7 @@ MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
                  (char *)b < mtp__slab_bump_owner(s))) {
     if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
   } else {
-    mtp__heap_free_slow(s, b);
+    mtp__heap_free_other(s, b);
   }
 }
 
