@@ -164,7 +164,8 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
     s = h->current[cls];
     if (s != &mtp__slab_empty) {
       if (s->free != NULL) break;
-      if (mtp__slab_extend(s)) break;
+      /* carved to its end is the usual case here: skip the call */
+      if (mtp__slab_bump(s) < s->end && mtp__slab_extend(s)) break;
       if (worth_collecting(s)) {
         uint32_t n = mtp__slab_collect(s);
         if (n) {
