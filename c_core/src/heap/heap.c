@@ -250,6 +250,17 @@ MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b) {
 
 MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
   if (MTP_LIKELY(remote_fast(d, b))) return;
+  /* One of our exhausted slabs has room again (churn makes this common): only an owned slab's
+   * first descriptor carries our token with the FULL mark, so the same two checks suffice. */
+  if (mtp__load_relaxed(&d->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
+      (char *)b < mtp__slab_bump_owner(d) &&
+      (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1)) % d->block_size == 0) {
+    mtpi_heap_t *h = mtp__slab_heap(d);
+    full_remove(h, d);
+    partial_push(h, d);
+    free_local(d, b);
+    return;
+  }
   mtp__heap_free_slow(d, b);
 }
 
