@@ -142,7 +142,11 @@ enum {
  *                              that a block is not theirs; a stale read only sends them to the
  *                              remote path, which is always correct). 0 when detached; the
  *                              thread's token | MTP_OWNER_FULL or | MTP_OWNER_CACHED while the
- *                              slab sits on its heap's full list or cache.
+ *                              slab sits on its heap's full list or cache. Nonzero only on the
+ *                              first descriptor of an owned, unchecked slab (TAIL and FREE
+ *                              descriptors, detached and checked slabs hold 0): the free miss
+ *                              path (mtp__heap_free_other) tells what a descriptor is from this
+ *                              word alone.
  *   heap                       the heap that owns it or owned it last (relaxed atomic, opaque to
  *                              the layers below heap/; heap records are type-stable).
  *   thread_free                any thread, by CAS (release on push, so the pushed block's `next`
