@@ -1,7 +1,9 @@
 /* Bug: mtp_free(p + 4096), p the first block of a fresh slab, pushed a block that was never
  * handed out onto the free list; carving later handed the same block out again, so two live
  * blocks shared memory. Now such a free is reported (MTP_ERR_INVALID_POINTER) and ignored, for
- * every class from 16 B to 16 KiB, and no two live blocks overlap afterwards. Public API only. */
+ * every class from 16 B to 16 KiB, by the owner and by another thread (as is an interior pointer
+ * freed by another thread), and no two live blocks overlap afterwards. Public API only. */
+#include <pthread.h>
 #include <stdint.h>
 
 #include "mtpool/mtpool.h"
@@ -20,6 +22,17 @@ static int cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Frees its argument on a thread that does not own the block (the remote free path). */
+static void *free_remote(void *p) {
+  mtp_free(p);
+  return NULL;
+}
+static void free_on_other_thread(void *p) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_remote, p) == 0);
+  pthread_join(t, NULL);
+}
+
 static void one_class(size_t size) {
   fprintf(stderr, "  class of %zu bytes\n", size);
   mtp_pool_t *pool = mtp_pool_create(NULL); /* fresh slabs */
@@ -35,6 +48,16 @@ static void one_class(size_t size) {
   CHECK_EQ_SZ(last_err, MTP_ERR_INVALID_POINTER);
   reports = 0;
   mtp_free_sized(never, size);
+  CHECK_EQ_SZ(reports, 1);
+  CHECK_EQ_SZ(last_err, MTP_ERR_INVALID_POINTER);
+  reports = 0;
+  /* the same from another thread (the remote free's fast case checks the bump pointer too), and
+   * an interior pointer of a handed-out block (it checks the block start) */
+  free_on_other_thread(never);
+  CHECK_EQ_SZ(reports, 1);
+  CHECK_EQ_SZ(last_err, MTP_ERR_INVALID_POINTER);
+  reports = 0;
+  free_on_other_thread(p + 8);
   CHECK_EQ_SZ(reports, 1);
   CHECK_EQ_SZ(last_err, MTP_ERR_INVALID_POINTER);
   reports = 0;

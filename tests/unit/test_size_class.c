@@ -21,14 +21,27 @@ static void test_steps(void) {
   }
 }
 
+/* The reference: the smallest class holding n, by a linear search of the class sizes. */
+static unsigned class_ref(size_t n) {
+  unsigned c = 0;
+  while (mtp__class_size[c] < n) c++;
+  return c;
+}
+
 static void test_lookup(void) {
   for (size_t n = 0; n <= MTP_MAX_SMALL; n++) {
     unsigned c = mtp__class_of(n);
     CHECK(c < MTP_NUM_CLASSES);
+    CHECK_EQ_SZ(c, class_ref(n));
+    CHECK_EQ_SZ(mtp__class_lookup(n), c);
     CHECK(mtp__class_size[c] >= (n ? n : 1));
     if (c > 0) CHECK(mtp__class_size[c - 1] < n);
     if (n <= MTP_DIRECT_MAX) CHECK_EQ_SZ(mtp__class_direct[(n + 7) >> 3], c);
+    else CHECK_EQ_SZ(mtp__class_upper[(n + 255) >> 8], c);
   }
+  /* the upper table's 256-byte steps: every class above MTP_DIRECT_MAX is a multiple of 256 */
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++)
+    if (mtp__class_size[c] > MTP_DIRECT_MAX) CHECK_EQ_SZ(mtp__class_size[c] % 256, 0);
 }
 
 static void test_alignment(void) {

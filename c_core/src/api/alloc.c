@@ -1,6 +1,7 @@
 /* Public entry points. The fast paths live here, inline; everything else is a call down.
  *
- *   mtp_alloc(size)                     size <= 1 KiB: class from one table load
+ *   mtp_alloc(size)                     size <= 32 KiB: class from one table load (8-byte
+ *                                       steps to 1 KiB, 256-byte steps above)
  *     heap = tl_default_heap            (a static empty heap until the thread's first slow path)
  *     slab = heap->current[class]; b = slab->free
  *     b != NULL: slab->free = b->next; used++; allocs++   -> b
@@ -10,7 +11,8 @@
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
  *     slab = descriptor of p's page; slab->owner == this thread and p below the slab's bump
  *     pointer? push on slab->free, --used
- *     else mtp__heap_free_slow          (heap.c: remote CAS push, detached slabs, misuse)
+ *     else mtp__heap_free_other         (heap.c: a slab another thread owns: checks, one CAS
+ *                                       push; else mtp__heap_free_slow: detached slabs, misuse)
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
  * chunk map, the owner compare, the bump compare that rejects a block never handed out, a block
@@ -31,8 +33,22 @@ const char *mtp_version(void) {
 
 /* ---- allocation ---- */
 
-MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, size_t size) {
-  mtpi_page_t *s = h->current[mtp__class_direct[(size + 7) >> 3]];
+/* The class of a pooled size into *cls; false above MTP_MAX_SMALL. Sizes up to 1 KiB come
+ * first, so their path has one compare; 1-32 KiB take a second compare and the second table. */
+MTP_INLINE bool class_fast(size_t size, unsigned *cls) {
+  if (MTP_LIKELY(size <= MTP_DIRECT_MAX)) {
+    *cls = mtp__class_direct[(size + 7) >> 3];
+    return true;
+  }
+  if (MTP_LIKELY(size <= MTP_MAX_SMALL)) {
+    *cls = mtp__class_upper[(size + 255) >> 8];
+    return true;
+  }
+  return false;
+}
+
+MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls) {
+  mtpi_page_t *s = h->current[cls];
   mtpi_block_t *b = mtp__slab_pop(s);
   if (MTP_UNLIKELY(b == NULL)) return NULL;
   h->m.allocs++;
@@ -40,8 +56,9 @@ MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, size_t size) {
 }
 
 void *mtp_alloc(size_t size) {
-  if (MTP_LIKELY(size <= MTP_DIRECT_MAX)) {
-    void *p = heap_alloc_fast(mtp__tl_default_heap, size);
+  unsigned cls;
+  if (MTP_LIKELY(class_fast(size, &cls))) {
+    void *p = heap_alloc_fast(mtp__tl_default_heap, cls);
     if (MTP_LIKELY(p != NULL)) return p;
   }
   return mtp__heap_alloc_slow(mtp__default(), size);
@@ -51,9 +68,10 @@ void *mtp_pool_alloc(mtp_pool_t *pool_, size_t size) {
   mtpi_pool_t *pool = mtp__pool_in(pool_);
   if (pool == NULL) return mtp_alloc(size);
   mtpi_heap_t *h = mtp__tl_thread->heaps[pool->id];
-  if (MTP_LIKELY(h != NULL && size <= MTP_DIRECT_MAX) &&
+  unsigned cls;
+  if (MTP_LIKELY(h != NULL && class_fast(size, &cls)) &&
       MTP_LIKELY(mtp__member_pool(&h->m) == pool)) {
-    void *p = heap_alloc_fast(h, size);
+    void *p = heap_alloc_fast(h, cls);
     if (MTP_LIKELY(p != NULL)) return p;
   }
   return mtp__heap_alloc_slow(pool, size);
@@ -116,7 +134,7 @@ MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
                  (char *)b < mtp__slab_bump_owner(s))) {
     if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
   } else {
-    mtp__heap_free_slow(s, b);
+    mtp__heap_free_other(s, b);
   }
 }
 

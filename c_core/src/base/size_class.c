@@ -27,18 +27,19 @@ const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1] = {
     30, 30, 30, 30, 30, 30, 30, 30, 30, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31, 31,
 };
 
+/* [(size + 255) >> 8] -> smallest class holding size, for MTP_DIRECT_MAX < size <= MTP_MAX_SMALL:
+ * every class above 1 KiB is a multiple of 256, so rounding size up to 256 keeps its class. */
+const uint8_t mtp__class_upper[MTP_MAX_SMALL / 256 + 1] = {
+    0, 23, 27, 29, 31, 32, 33, 34, 35, 36, 36, 37, 37, 38, 38, 39, 39, 40, 40, 40, 40, 41, 41, 41, 41, 42,
+    42, 42, 42, 43, 43, 43, 43, 44, 44, 44, 44, 44, 44, 44, 44, 45, 45, 45, 45, 45, 45, 45, 45, 46, 46, 46,
+    46, 46, 46, 46, 46, 47, 47, 47, 47, 47, 47, 47, 47, 48, 48, 48, 48, 48, 48, 48, 48, 48, 48, 48, 48, 48,
+    48, 48, 48, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 50, 50, 50, 50, 50, 50, 50,
+    50, 50, 50, 50, 50, 50, 50, 50, 50, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51,
+};
+
 unsigned mtp__class_of(size_t size) {
-  if (size <= MTP_DIRECT_MAX) return mtp__class_direct[(size + 7) >> 3];
-  /* Above 1 KiB: four classes per doubling. */
-  unsigned lo = mtp__class_direct[MTP_DIRECT_MAX >> 3], hi = MTP_NUM_CLASSES - 1;
-  while (lo < hi) {
-    unsigned mid = (lo + hi) / 2;
-    if (mtp__class_size[mid] >= size)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return lo;
+  MTP_ASSERT(size <= MTP_MAX_SMALL);
+  return mtp__class_lookup(size);
 }
 
 unsigned mtp__class_aligned(size_t size, size_t alignment) {

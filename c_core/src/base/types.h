@@ -70,7 +70,7 @@
 #define MTP_PAGE_SIZE ((size_t)1 << MTP_PAGE_SHIFT)
 #define MTP_PAGES_PER_REGION (MTP_REGION_SIZE / MTP_PAGE_SIZE)
 #define MTP_MAX_SMALL 32768  /* largest size class; above it blocks are mapped one each */
-#define MTP_DIRECT_MAX 1024  /* sizes up to here find their class with one table load */
+#define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, 256-byte steps above */
 #define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
 #define MTP_VA_BITS 48       /* user addresses handed out by mmap stay below 2^48 */
 #define MTP_CHUNKMAP_SIZE ((size_t)1 << (MTP_VA_BITS - MTP_REGION_SHIFT))
@@ -142,7 +142,11 @@ enum {
  *                              that a block is not theirs; a stale read only sends them to the
  *                              remote path, which is always correct). 0 when detached; the
  *                              thread's token | MTP_OWNER_FULL or | MTP_OWNER_CACHED while the
- *                              slab sits on its heap's full list or cache.
+ *                              slab sits on its heap's full list or cache. Nonzero only on the
+ *                              first descriptor of an owned, unchecked slab (TAIL and FREE
+ *                              descriptors, detached and checked slabs hold 0): the free miss
+ *                              path (mtp__heap_free_other) tells what a descriptor is from this
+ *                              word alone.
  *   heap                       the heap that owns it or owned it last (relaxed atomic, opaque to
  *                              the layers below heap/; heap records are type-stable).
  *   thread_free                any thread, by CAS (release on push, so the pushed block's `next`

@@ -164,7 +164,8 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
     s = h->current[cls];
     if (s != &mtp__slab_empty) {
       if (s->free != NULL) break;
-      if (mtp__slab_extend(s)) break;
+      /* carved to its end is the usual case here: skip the call */
+      if (mtp__slab_bump(s) < s->end && mtp__slab_extend(s)) break;
       if (worth_collecting(s)) {
         uint32_t n = mtp__slab_collect(s);
         if (n) {
@@ -223,6 +224,44 @@ MTP_NOINLINE void mtp__heap_retire_local(mtpi_page_t *s) {
 /* Free b into s when this thread owns it (the slow paths' push). */
 static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
   if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
+}
+
+/* The remote free's fast case: d, b's own page descriptor, is the first page of a slab that
+ * another thread owns (the owner word holds a token with no mark). Only an owned, unchecked slab's
+ * first descriptor holds a token: TAIL and FREE descriptors, detached and checked slabs hold 0
+ * (region.c, slab.c); so the owner word alone tells what d is, and the block's offset in its slab
+ * is its offset in its page. A stale owner read is harmless, as on the owner's fast path: the
+ * slab cannot be released while b is in use, and the push below works whether the slab is still
+ * owned or was detached meanwhile (the CAS tells). */
+MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b) {
+  uintptr_t owner = mtp__load_relaxed(&d->owner); /* relaxed: a hint (types.h) */
+  if (MTP_UNLIKELY(owner == 0 || (owner & (MTP_OWNER_CACHED | MTP_OWNER_FULL)) != 0 ||
+                   owner == (uintptr_t)mtp__tl_thread))
+    return false;
+  /* the same checks as below: a block handed out (bump) and the start of one (32-bit division:
+   * an offset in a slab is below 2^18) */
+  uint32_t off = (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1));
+  if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(d) || off % d->block_size != 0)) return false;
+  mtp__track_free(b, d->block_size);
+  if (MTP_UNLIKELY(mtp__slab_free_remote(d, b) == MTP_REMOTE_NEWS))
+    mtp__pool_detached_news(mtp__pool_of_page(d), d);
+  return true;
+}
+
+MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
+  if (MTP_LIKELY(remote_fast(d, b))) return;
+  /* One of our exhausted slabs has room again (churn makes this common): only an owned slab's
+   * first descriptor carries our token with the FULL mark, so the same two checks suffice. */
+  if (mtp__load_relaxed(&d->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
+      (char *)b < mtp__slab_bump_owner(d) &&
+      (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1)) % d->block_size == 0) {
+    mtpi_heap_t *h = mtp__slab_heap(d);
+    full_remove(h, d);
+    partial_push(h, d);
+    free_local(d, b);
+    return;
+  }
+  mtp__heap_free_slow(d, b);
 }
 
 MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {

@@ -22,6 +22,9 @@ void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
 /* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
  * are not owned, misuse. */
 void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
+/* The free fast path's miss: a remote free into a slab another thread owns is pushed here at
+ * once (one CAS, no frame); anything else goes on to mtp__heap_free_slow. */
+void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b);
 /* The owner freed the last block of s (mtp__slab_push_local returned true). */
 void mtp__heap_retire_local(mtpi_page_t *s);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */

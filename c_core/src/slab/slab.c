@@ -129,29 +129,6 @@ bool mtp__slab_adopt(mtpi_page_t *s, void *heap, uintptr_t owner_token, bool lis
   return true;
 }
 
-mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b) {
-  /* acquire: if the slab is detached, the detaching thread's write of detached_used is visible */
-  uintptr_t w = mtp__load_acquire(&s->thread_free);
-  uintptr_t nw;
-  uint32_t used;
-  do {
-    if (MTP_UNLIKELY(MTP_TF_PTR(w) == b)) { /* the block another free just pushed */
-      mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block already on its slab's remote list)", b);
-      return MTP_REMOTE_REJECTED;
-    }
-    used = (w & MTP_TF_OWNED) ? 0 : s->detached_used;
-    mtp__block_set_next(b, MTP_TF_PTR(w));
-    nw = (w & MTP_TF_FLAGS) | ((w & ~MTP_TF_FLAGS & ~MTP_TF_PTR_MASK) + MTP_TF_COUNT_ONE) |
-         (uintptr_t)b;
-    /* release: b's next (written above) is visible to whoever takes the list with acquire */
-  } while (!mtp__cas_weak_acq_rel(&s->thread_free, &w, nw));
-  if (nw & MTP_TF_OWNED) return MTP_REMOTE_OWNED;
-  /* Detached: this free may make the slab worth adopting (a quarter back), or empty. Exactly one
-   * free sees each count, so exactly one thread reports each threshold. */
-  uint32_t count = MTP_TF_COUNT(nw);
-  return (count == used || count == (used + 3) / 4) ? MTP_REMOTE_NEWS : MTP_REMOTE_DETACHED;
-}
-
 void mtp__slab_validate(mtpi_page_t *s) {
   MTP_ASSERT(s->kind == MTP_PAGE_SLAB && s->cls < MTP_NUM_CLASSES);
   MTP_ASSERT(s->block_size == mtp__class_size[s->cls]);
