@@ -9,9 +9,8 @@
  * pages are not faulted in again. Rules:
  *   - reuse as is when the mapping is at most 1/4 larger than needed (the usable size reported is
  *     the whole mapping, so it stays true); else grow a smaller cached mapping (at least half the
- *     size needed) with mremap, whose pages move without a copy or a fault, to a quarter more than
- *     needed (so that sizes that wander up a little reuse it as is); else cut a larger one's tail
- *     off (munmap) and use its head; else map afresh.
+ *     size needed) with mremap, whose pages move without a copy or a fault; else cut a larger
+ *     one's tail off (munmap) and use its head; else map afresh.
  *   - bound: a pool keeps at most MAX_CACHED mappings and at most CACHE_FLOOR bytes plus a quarter
  *     of the bytes its live large blocks map; the oldest go first. The floor lets a program that
  *     frees and allocates a few blocks of several MiB in a loop (the common pattern) reuse them;
@@ -179,11 +178,8 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
       if (how == FIT_GROW) {
         /* unpoisoned first: once moved, its old addresses may be mapped by another thread */
         mtp__track_unmap(old, old_size);
-        /* a quarter more: sizes that wander up a little then reuse it as is, not remap each time
-         * (still a fit: at most a quarter above what was asked) */
-        size_t grown = page_round(map_size + map_size / 4);
-        m = mtp__os_remap(old, old_size, grown);
-        if (m != NULL) new_size = grown;
+        m = mtp__os_remap(old, old_size, map_size);
+        if (m != NULL) new_size = map_size;
       } else if (how == FIT_CUT) {
         mtp__track_unmap((char *)old + map_size, old_size - map_size);
         if (mtp__os_unmap((char *)old + map_size, old_size - map_size) == 0) {
