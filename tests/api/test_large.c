@@ -332,7 +332,7 @@ static void test_os_failure(void) {
 /* Two threads allocate, grow, check and free blocks of 40 KiB .. 2 MiB in one pool, and a third
  * trims it now and then: the cache, mremap and the purge race with each other. */
 static mtp_pool_t *g_mt_pool;
-static volatile int g_mt_stop;
+static int g_mt_stop; /* __atomic: the main thread stops the trimmer */
 static void *mt_worker(void *arg) {
   th_rng_t r;
   th_rng_seed(&r, (uintptr_t)arg, 3, 5);
@@ -357,7 +357,7 @@ static void *mt_worker(void *arg) {
 }
 static void *mt_trimmer(void *arg) {
   (void)arg;
-  while (!g_mt_stop) {
+  while (!__atomic_load_n(&g_mt_stop, __ATOMIC_RELAXED)) {
     mtp_pool_trim(g_mt_pool);
     usleep(2000);
   }
@@ -372,7 +372,7 @@ static void test_threads(void) {
   void *r0, *r1;
   pthread_join(t[0], &r0);
   pthread_join(t[1], &r1);
-  g_mt_stop = 1;
+  __atomic_store_n(&g_mt_stop, 1, __ATOMIC_RELAXED);
   pthread_join(t[2], NULL);
   CHECK(r0 == NULL && r1 == NULL);
   mtp_stats_t st = stats(g_mt_pool);

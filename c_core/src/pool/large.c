@@ -176,11 +176,10 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
       void *old = rec->map, *m = old;
       size_t old_size = rec->map_size, new_size = old_size;
       if (how == FIT_GROW) {
+        /* unpoisoned first: once moved, its old addresses may be mapped by another thread */
+        mtp__track_unmap(old, old_size);
         m = mtp__os_remap(old, old_size, map_size);
-        if (m != NULL) {
-          mtp__track_unmap(old, old_size);
-          new_size = map_size;
-        }
+        if (m != NULL) new_size = map_size;
       } else if (how == FIT_CUT) {
         mtp__track_unmap((char *)old + map_size, old_size - map_size);
         if (mtp__os_unmap((char *)old + map_size, old_size - map_size) == 0) {
@@ -214,6 +213,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
     errno = ENOMEM;
     return NULL;
   }
+  mtp__track_unmap(m, map_size); /* no stale poison from an earlier mapping there */
   if (pool->check) memset((char *)m + size, CANARY, map_size - size);
   rec->ptr = rec->map = m;
   rec->map_size = map_size;
@@ -252,6 +252,9 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
     old->hash_next = *evict;
     *evict = old;
   }
+  /* Poisoned for ASan before it is visible in the cache: once the lock is released another thread
+   * may take it and unpoison it for its own use. */
+  mtp__track_poison(rec->map, rec->map_size);
   rec->cached = true;
   rec->free_time_ms = mtp__os_now_ms();
   mtp__list_push(&pool->large_cache, &rec->link);
@@ -302,11 +305,7 @@ int mtp__large_free(void *p, size_t size, bool sized) {
   bool cached = cache_put(pool, rec, &evict);
   if (!cached) hash_remove(rec, p);
   pthread_mutex_unlock(&mtp__large_lock);
-  if (cached) {
-    mtp__track_poison(rec->map, rec->map_size); /* a use after free is reported by ASan */
-  } else {
-    (void)unmap_rec(rec);
-  }
+  if (!cached) (void)unmap_rec(rec);
   (void)unmap_list(evict);
   return cached && pool->purge_delay_ms > 0 ? MTP_LARGE_CACHED : MTP_LARGE_FREED;
 }
@@ -340,6 +339,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   if (need > old_size) { /* grow, with room for more */
     m = mtp__os_remap(old, old_size, want);
     if (m == NULL) return NULL;
+    mtp__track_unmap(m, want); /* all of it the caller's (no stale poison where it grew) */
     new_size = want;
   } else if (old_size - need > old_size / 4) { /* shrink: give the tail back, in place */
     if (mtp__os_unmap((char *)old + need, old_size - need) == 0) {
