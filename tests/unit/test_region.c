@@ -10,7 +10,7 @@ static void test_spans_and_page_map(void) {
   mtpi_page_t *s[3];
   unsigned pages[3] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
-    s[i] = mtp__region_alloc_span(&rs, pages[i]);
+    s[i] = mtp__region_alloc_span(&rs, pages[i], NULL);
     CHECK(s[i] != NULL);
     s[i]->kind = MTP_PAGE_SLAB; /* what a slab format would do */
     char *start = mtp__page_start(s[i]);
@@ -44,12 +44,12 @@ static void test_fill_a_region(void) {
   mtpi_page_t *got[MTP_PAGES_PER_REGION];
   unsigned n = 0;
   for (; n < MTP_REGION_USABLE_PAGES; n++) {
-    got[n] = mtp__region_alloc_span(&rs, 1);
+    got[n] = mtp__region_alloc_span(&rs, 1, NULL);
     CHECK(got[n] != NULL);
     got[n]->kind = MTP_PAGE_SLAB;
   }
   CHECK(rs.regions->next == NULL); /* one region held them all */
-  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1); /* a second region */
+  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1, NULL); /* a second region */
   CHECK(more != NULL && mtp__region_of((uintptr_t)more) != mtp__region_of((uintptr_t)got[0]));
   more->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs); /* the full region went to the back */
@@ -60,8 +60,51 @@ static void test_fill_a_region(void) {
   CHECK(rs.regions == NULL);
 }
 
+/* Heaps growing at once fault pages in regions of their own: each claims one (their page faults
+ * would otherwise queue on one page-table lock); resident pages stay anyone's. */
+static void test_claims(void) {
+  mtpi_rset_t rs = {0};
+  mtpi_region_t *a = NULL, *b = NULL, *c = NULL;
+  mtpi_page_t *sa = mtp__region_alloc_span(&rs, 1, &a);
+  CHECK(sa != NULL && a == mtp__region_of((uintptr_t)sa) && a->h.claim == &a);
+  sa->kind = MTP_PAGE_SLAB;
+  mtpi_page_t *sb = mtp__region_alloc_span(&rs, 1, &b);
+  CHECK(sb != NULL && b == mtp__region_of((uintptr_t)sb) && b != a && b->h.claim == &b);
+  sb->kind = MTP_PAGE_SLAB;
+  mtpi_page_t *sa2 = mtp__region_alloc_span(&rs, 1, &a); /* from its own region again */
+  CHECK(sa2 != NULL && mtp__region_of((uintptr_t)sa2) == a);
+  sa2->kind = MTP_PAGE_SLAB;
+  /* a resident page of a's region goes to a third heap, which claims nothing for it */
+  mtp__region_free_span(&rs, sa2, 0);
+  mtpi_page_t *sc = mtp__region_alloc_span(&rs, 1, &c);
+  CHECK(sc == sa2 && c == NULL && a->h.claim == &a);
+  sc->kind = MTP_PAGE_SLAB;
+  /* its next fresh page: not in a's or b's region, but a region it claims */
+  mtpi_page_t *sc2 = mtp__region_alloc_span(&rs, 1, &c);
+  CHECK(sc2 != NULL && c != NULL && c != a && c != b && c->h.claim == &c);
+  sc2->kind = MTP_PAGE_SLAB;
+  /* without a hint (checked mode): any free page */
+  mtpi_page_t *sn = mtp__region_alloc_span(&rs, 1, NULL);
+  CHECK(sn != NULL && rs.mapped_bytes == 3 * MTP_REGION_SIZE);
+  sn->kind = MTP_PAGE_SLAB;
+  mtp__region_validate(&rs);
+  mtpi_page_t *all[] = {sa, sb, sc, sc2, sn};
+  for (unsigned i = 0; i < 5; i++) mtp__region_free_span(&rs, all[i], 0);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK_EQ_SZ(rs.mapped_bytes, 3 * MTP_REGION_SIZE); /* claimed regions stay mapped */
+  CHECK(mtp__is_region_ptr((uintptr_t)a) && mtp__is_region_ptr((uintptr_t)c));
+  mtp__region_unclaim(&a);
+  CHECK(a == NULL);
+  mtp__region_unclaim(&b);
+  mtp__region_unclaim(&c);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK(rs.regions == NULL);
+  CHECK_EQ_SZ(rs.mapped_bytes, 0);
+}
+
 int main(void) {
   RUN(test_spans_and_page_map);
   RUN(test_fill_a_region);
+  RUN(test_claims);
   DONE();
 }

@@ -147,7 +147,7 @@ static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
     return s;
   }
   uint32_t n;
-  s = mtp__pool_slab_get(pool, cls, h, token(h), &n);
+  s = mtp__pool_slab_get(pool, cls, h, &h->m, token(h), &n);
   h->m.remote_collected += n;
   return s;
 }

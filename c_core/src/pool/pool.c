@@ -45,6 +45,7 @@ static void note_free_pages(mtpi_pool_t *p) {
 
 void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
+  m->region_hint = NULL;
   mtp__pool_lock(p);
   mtp__list_push(&p->members, &m->link);
   mtp__pool_unlock(p);
@@ -53,6 +54,7 @@ void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m) {
   p->dead_allocs += m->allocs;
   p->dead_remote += m->remote_collected;
+  mtp__region_unclaim(&m->region_hint); /* a purge may unmap that region now */
   mtp__list_remove(&p->members, &m->link);
   mtp__store_relaxed(&m->pool, 0);
 }
@@ -142,7 +144,7 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
 }
 
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages);
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
@@ -161,8 +163,8 @@ void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s) {
   mtp__list_push(&p->partial[s->cls], &s->link);
 }
 
-mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, uintptr_t owner_token,
-                                uint32_t *collected) {
+mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
+                                uintptr_t owner_token, uint32_t *collected) {
   mtpi_page_t *s;
   *collected = 0;
   mtp__pool_lock(p);
@@ -176,7 +178,7 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, uintpt
       return s;
     }
   }
-  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls]);
+  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], &m->region_hint);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
     mtp__slab_set_heap(s, heap);

@@ -211,14 +211,28 @@ bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len) {
   return dirtied;
 }
 
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages) {
+void mtp__region_unclaim(mtpi_region_t **hint) {
+  if (*hint != NULL && (*hint)->h.claim == hint) (*hint)->h.claim = NULL;
+  *hint = NULL;
+}
+
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint) {
   MTP_ASSERT(pages == 1 || pages == 2 || pages == 4);
-  mtpi_region_t *found = NULL;
+  mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
   int at = -1;
-  /* Prefer pages still resident (no page faults), then any free pages, then a new region. */
+  MTP_ASSERT(mine == NULL || (mine->h.set == rs && mine->h.claim == hint));
+  /* The claimed region first (resident pages, then fresh ones: its faults are ours alone). */
+  if (mine != NULL && mine->h.free_pages >= pages) {
+    at = find_run(mine, pages, true);
+    if (at < 0) at = find_run(mine, pages, false);
+    if (at >= 0) found = mine;
+  }
+  /* Then pages still resident anywhere (no page faults), then never-touched pages where no other
+   * heap faults pages in, then a new region. */
   for (int pass = 0; pass < 2 && found == NULL; pass++) {
     for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
-      if (r->h.free_pages < pages) continue;
+      if (r->h.free_pages < pages || r == mine) continue;
+      if (pass == 1 && hint != NULL && r->h.claim != NULL) continue;
       at = find_run(r, pages, pass == 0);
       if (at >= 0) {
         found = r;
@@ -230,6 +244,11 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages) {
     found = region_new(rs);
     if (found == NULL) return NULL;
     at = find_run(found, pages, false);
+  }
+  if (hint != NULL && found != mine && found->h.claim == NULL) { /* fresh pages: claim it */
+    mtp__region_unclaim(hint);
+    found->h.claim = hint;
+    *hint = found;
   }
   bool clean = true;
   for (unsigned i = (unsigned)at; i < (unsigned)at + pages; i++) {
@@ -312,7 +331,7 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
         returned += len;
       }
     }
-    if (r->h.free_pages == USABLE_PAGES) {
+    if (r->h.free_pages == USABLE_PAGES && r->h.claim == NULL) {
       bool clean = true;
       for (unsigned wi = 0; wi < WORDS; wi++) clean = clean && r->h.dirty_mask[wi] == 0;
       if (clean) {

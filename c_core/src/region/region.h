@@ -53,8 +53,13 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
 
 /* All under the owning pool's lock. */
 /* A span of `pages` pages (1, 2 or 4), aligned to its length: its first descriptor, kind still
- * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. */
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages);
+ * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
+ * caller's slot for the region it claimed: pages come from there first, then resident pages
+ * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
+ * claims; so threads that grow at once fault pages in different regions. */
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint);
+/* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
+void mtp__region_unclaim(mtpi_region_t **hint);
 /* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
  * mtp__os_populate after unlocking. Pages of it may be handed out meanwhile: populating present
  * pages changes nothing. Returns true if it left free pages resident (a purge will be due). */
