@@ -51,12 +51,8 @@ EXPORT void *malloc(size_t size) { return mtp_alloc(size); }
 
 EXPORT void *calloc(size_t n, size_t size) { return mtp_calloc(n, size); }
 
-EXPORT void free(void *p) {
-  /* glibc's free preserves errno; unmapping a large block may set it. */
-  int e = errno;
-  mtp_free(p);
-  errno = e;
-}
+/* glibc's free preserves errno; so do mtp_free and mtp_free_sized (their slow paths save it). */
+EXPORT void free(void *p) { mtp_free(p); }
 
 EXPORT void *realloc(void *p, size_t size) {
   if (p == NULL) return mtp_alloc(size);
@@ -127,11 +123,7 @@ EXPORT void *pvalloc(size_t size) {
 
 EXPORT size_t malloc_usable_size(void *p) { return p ? mtp_usable_size(p) : 0; }
 
-EXPORT void free_sized(void *p, size_t size) {
-  int e = errno;
-  mtp_free_sized(p, size);
-  errno = e;
-}
+EXPORT void free_sized(void *p, size_t size) { mtp_free_sized(p, size); }
 
 EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment; /* the block knows its own class; the size is checked against it */

@@ -196,6 +196,49 @@ static void test_misuse_default_mode(void) {
   mtp_set_error_handler(NULL, NULL);
 }
 
+/* Frees leave errno as they found it, as the C library's free does, on every path: the fast
+ * ones, a slab going back with a purge (delay 0), a large block, and reports through a handler
+ * that itself sets errno. */
+static void set_errno_handler(int err, const char *msg, void *p, void *arg) {
+  record(err, msg, p, arg);
+  errno = EIO;
+}
+
+static void test_free_keeps_errno(void) {
+  mtp_set_error_handler(set_errno_handler, NULL);
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.purge_delay_ms = 0;
+  o.thread_cache_bytes = 0;
+  mtp_pool_t *pool = mtp_pool_create(&o);
+  CHECK(pool != NULL);
+  int stack_var = 0;
+  void *blocks[2000];
+  for (int i = 0; i < 2000; i++) CHECK((blocks[i] = mtp_pool_alloc(pool, 48)) != NULL);
+  void *big = mtp_pool_alloc(pool, 1 << 20), *small = mtp_alloc(40), *sized = mtp_alloc(100);
+  CHECK(big != NULL && small != NULL && sized != NULL);
+  err_count = 0;
+  errno = 4242;
+  for (int i = 0; i < 2000; i++) mtp_free(blocks[i]); /* slabs empty: released and purged */
+  mtp_free(big);
+  mtp_free(small);
+  mtp_free_sized(sized, 100);
+  CHECK(errno == 4242);
+  mtp_free(&stack_var); /* reported: the handler sets errno */
+  CHECK(err_count == 1 && errno == 4242);
+  mtp_free(small); /* a double free, reported */
+  CHECK(err_count == 2);
+  CHECK(errno == 4242);
+  void *q = mtp_alloc(40);
+  mtp_free_sized(q, 4000); /* a wrong size, reported */
+  CHECK(err_count == 3 && last_err == MTP_ERR_WRONG_SIZE && errno == 4242);
+  mtp_free(q);
+  mtp_free(big); /* a cached large block freed again */
+  CHECK(err_count == 4 && errno == 4242);
+  mtp_pool_destroy(pool);
+  mtp_set_error_handler(NULL, NULL);
+}
+
 static void test_default_handler_aborts(void) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -248,6 +291,7 @@ int main(int argc, char **argv) {
   RUN(test_aligned);
   RUN(test_pools);
   RUN(test_misuse_default_mode);
+  RUN(test_free_keeps_errno);
   RUN(test_default_handler_aborts);
   test_env_options(argv[0]);
   DONE();

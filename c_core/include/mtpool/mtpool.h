@@ -155,7 +155,8 @@ MTP_API void *mtp_alloc_aligned(size_t size, size_t alignment) MTP_NOEXCEPT MTP_
 
 /* Free a block of any pool, from any thread. NULL is a no-op. A pointer mtpool never gave out
  * (including a block of a slab that was never handed out), and a double free, are reported to the
- * error handler (see the README for which mode finds what). */
+ * error handler (see the README for which mode finds what). errno is left unchanged (also by
+ * mtp_free_sized). */
 MTP_API void mtp_free(void *p) MTP_NOEXCEPT;
 
 /* Free p, whose requested size was size (or any size up to mtp_usable_size(p)). A size the

@@ -114,11 +114,13 @@ void *mtp_calloc(size_t count, size_t size) { return mtp_pool_calloc(NULL, count
 
 static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
   if (p == NULL) return;
+  int e = errno; /* frees leave errno alone (mtpool.h); munmap or the purge thread may set it */
   int r = mtp__large_free(p, size, sized);
   if (r == MTP_LARGE_NOT)
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
   else if (r == MTP_LARGE_CACHED)
     mtp__purger_wake(); /* the cached mapping goes back after the pool's delay */
+  errno = e;
 }
 
 /* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
@@ -147,7 +149,7 @@ void mtp_free(void *p) {
   free_fast(mtp__page_desc(u), p);
 }
 
-static MTP_NOINLINE void free_sized_slow(mtpi_page_t *s, void *p, size_t size) {
+static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
   mtpi_page_t *h = mtp__page_head(s);
   if (h->kind == MTP_PAGE_SLAB) {
     if (h->checked) {
@@ -165,6 +167,12 @@ static MTP_NOINLINE void free_sized_slow(mtpi_page_t *s, void *p, size_t size) {
     }
   }
   mtp__heap_free_slow(s, (mtpi_block_t *)p);
+}
+
+static MTP_NOINLINE void free_sized_slow(mtpi_page_t *s, void *p, size_t size) {
+  int e = errno; /* frees leave errno alone (mtpool.h); a report may set it */
+  free_sized_check(s, p, size);
+  errno = e;
 }
 
 void mtp_free_sized(void *p, size_t size) {

@@ -1,6 +1,7 @@
 /* Misuse reports: one process-wide handler; the default prints the fault and the pointer on
  * stderr, without allocating, and aborts. Layer: base. */
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,7 +32,9 @@ static const char *code_name(int err) {
 void mtp__error(int err, const char *what, const void *p) {
   mtp_error_fn fn = (mtp_error_fn)mtp__load_acquire(&handler);
   if (fn != NULL) {
+    int e = errno; /* a report leaves errno as it was (frees never change it: mtpool.h) */
     fn(err, what, (void *)p, (void *)mtp__load_relaxed(&handler_arg));
+    errno = e;
     return;
   }
   char buf[256];

@@ -218,7 +218,9 @@ MTP_NOINLINE void mtp__heap_retire_local(mtpi_page_t *s) {
   if (s->list == MTP_LIST_HEAP_PARTIAL) partial_remove(h, s);
   /* Cached slabs keep an odd token: a free into one by this thread is a double free. */
   mtp__store_relaxed(&s->owner, token(h) | MTP_OWNER_CACHED); /* relaxed: a hint */
+  int e = errno; /* frees leave errno alone (mtpool.h); a release may purge (madvise) */
   mtp__cache_put_or_release(mtp__pool_of_page(s), &h->m, s);
+  errno = e;
 }
 
 /* Free b into s when this thread owns it (the slow paths' push). */
@@ -243,8 +245,11 @@ MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b) {
   uint32_t off = (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1));
   if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(d) || off % d->block_size != 0)) return false;
   mtp__track_free(b, d->block_size);
-  if (MTP_UNLIKELY(mtp__slab_free_remote(d, b) == MTP_REMOTE_NEWS))
+  if (MTP_UNLIKELY(mtp__slab_free_remote(d, b) == MTP_REMOTE_NEWS)) {
+    int e = errno; /* frees leave errno alone (mtpool.h); a release may purge (madvise) */
     mtp__pool_detached_news(mtp__pool_of_page(d), d);
+    errno = e;
+  }
   return true;
 }
 
@@ -264,7 +269,7 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
   mtp__heap_free_slow(d, b);
 }
 
-MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
+static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   mtpi_page_t *s = mtp__page_head(d);
   if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {
     mtp__error(s->kind == MTP_PAGE_FREE ? MTP_ERR_DOUBLE_FREE : MTP_ERR_INVALID_POINTER,
@@ -326,6 +331,12 @@ MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   }
   mtp__track_free(b, s->block_size);
   if (mtp__slab_free_remote(s, b) == MTP_REMOTE_NEWS) mtp__pool_detached_news(pool, s);
+}
+
+MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
+  int e = errno; /* frees leave errno alone (mtpool.h): releases, purges and reports may set it */
+  free_slow(d, b);
+  errno = e;
 }
 
 /* ---- thread exit and flush ---- */
