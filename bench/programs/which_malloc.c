@@ -1,0 +1,66 @@
+/* Preloaded after the allocator into every process that scripts/bench_programs.sh measures (the
+ * glibc runs too, so that all pay the same): at start-up it appends one line to the file named by
+ * MTPOOL_WHICH_LOG: "<pid> <object that defines malloc> <allocator named by its symbols> <exe>".
+ * The script then checks that every process of a run found the malloc it was given.
+ * Build: gcc -O2 -shared -fPIC -o which_malloc.so which_malloc.c (-ldl before glibc 2.34). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The same signature symbols as bench/gp/gp_bench.c's malloc_in_use(). */
+static const char *by_symbol(void) {
+  static const struct {
+    const char *sym, *name;
+  } SYMS[] = {{"mtp_version", "mtpool"},
+              {"mi_version", "mimalloc"},
+              {"mallctl", "jemalloc"},
+              {"tc_version", "tcmalloc"},
+              {"scalable_malloc", "tbbmalloc"}};
+  for (size_t i = 0; i < sizeof SYMS / sizeof SYMS[0]; i++)
+    if (dlsym(RTLD_DEFAULT, SYMS[i].sym)) return SYMS[i].name;
+  return "glibc";
+}
+
+/* The first loaded object, in the global lookup order (the executable, the preloaded libraries,
+ * then the others as loaded), that defines malloc: the one the program's calls bind to.
+ * dlsym(RTLD_DEFAULT, "malloc") will not do: in an executable that takes malloc's address (e.g.
+ * Debian's python3) it returns the executable's PLT entry. So each library is asked on its own
+ * (dlopen RTLD_NOLOAD) whether its malloc is its own. */
+static int first_definer(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char **found = data;
+  if (!info->dlpi_name || !*info->dlpi_name) return 0; /* the executable, or the vDSO */
+  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) return 0;
+  void *m = dlsym(h, "malloc");
+  Dl_info di;
+  int own = m && dladdr(m, &di) && di.dli_fname && !strcmp(di.dli_fname, info->dlpi_name);
+  dlclose(h);
+  if (!own) return 0;
+  *found = info->dlpi_name;
+  return 1;
+}
+
+__attribute__((constructor)) static void which_malloc(void) {
+  const char *log = getenv("MTPOOL_WHICH_LOG");
+  if (!log || !*log) return;
+  const char *obj = "?";
+  dl_iterate_phdr(first_definer, &obj);
+  char exe[512];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  char line[1200];
+  int len = snprintf(line, sizeof line, "%d %s %s %s\n", (int)getpid(), obj, by_symbol(), exe);
+  if (len <= 0) return;
+  if (len >= (int)sizeof line) len = (int)sizeof line - 1;
+  int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t w = write(fd, line, (size_t)len); /* one write: lines of concurrent processes stay whole */
+  (void)w;
+  close(fd);
+}
