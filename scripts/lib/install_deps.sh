@@ -9,6 +9,9 @@ MTPOOL_TEST_PACKAGES="cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev l
 # The benchmark suite and the peers it compares with (a missing peer is skipped).
 MTPOOL_BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4
   libjemalloc2 libmimalloc2.0 gnuplot-nox python3"
+# The real programs of scripts/bench_programs.sh, the compiler of its helpers, and the peers.
+MTPOOL_PROGRAMS_PACKAGES="cmake make gcc g++ python3 perl sqlite3 xz-utils git ruby lua5.4 coreutils
+  gnuplot-nox libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 libtbbmalloc2"
 
 # install_deps required|optional PACKAGE...: installs (as root, with apt-get) the packages that are
 # not installed yet, skipping those present. required: returns 1 when they cannot be installed
