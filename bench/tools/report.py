@@ -142,6 +142,50 @@ plot for [i=2:{len(cols) + 1}] "{dat}" using i:xtic(1) title columnheader(i)
     return True
 
 
+def chart_panels(path_png, title, panels, ref=1.0):
+    """Clustered bars in panels stacked vertically; each panel (ylabel, clusters, series): one
+    cluster per entry of clusters, one bar per (name, [value per cluster]) of series; a dashed
+    line at ref (e.g. 1 for ratios). Used by bench/programs/report.py."""
+    if not shutil.which("gnuplot"):
+        print(f"report: NOTICE: gnuplot not found, {os.path.basename(path_png)} not drawn", file=sys.stderr)
+        return False
+    dats, plots = [], []
+    for n, (ylabel, clusters, series) in enumerate(panels):
+        dat = path_png[:-4] + f".{n}.dat"
+        dats.append(dat)
+        with open(dat, "w") as f:
+            f.write("x\t" + "\t".join('"%s"' % name for name, _ in series) + "\n")
+            for i, c in enumerate(clusters):
+                f.write('"%s"\t' % c + "\t".join("%g" % v[i] if v[i] is not None else "?"
+                                                   for _, v in series) + "\n")
+        plots.append(f"""set ylabel "{ylabel}"
+set title "{title if n == 0 else ''}"
+plot for [i=2:{len(series) + 1}] "{dat}" using i:xtic(1) title columnheader(i), {ref} with lines dashtype 2 lc rgb "black" notitle
+""")
+    gp = f"""set terminal pngcairo noenhanced size 1400,{420 * len(panels)} font ",10"
+set output "{path_png}"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set xtics scale 0
+set key top left horizontal
+set grid ytics
+set datafile missing "?"
+set yrange [0:*]
+set multiplot layout {len(panels)},1
+""" + "".join(plots) + "unset multiplot\n"
+    try:
+        subprocess.run(["gnuplot"], input=gp, text=True, check=True, capture_output=True)
+    except subprocess.CalledProcessError as e:
+        print("report: gnuplot failed: " + e.stderr, file=sys.stderr)
+        return False
+    finally:
+        for dat in dats:
+            os.remove(dat)
+    return True
+
+
 # --------------------------------------------------------------------------------------------
 # process-level tables
 # --------------------------------------------------------------------------------------------
