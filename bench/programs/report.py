@@ -161,8 +161,16 @@ def main():
             "Median of the repetitions; ±: half the spread (max-min)/median of the wall times; "
             "(ratio to glibc).", ""]
     worst = (0.0, "")
+    spreads = {"wall_s": [], "cpu_s": []}
     for p in programs:
-        out += [f"### {p}", "", ABOUT.get(p, "") + ".", "",
+        for al in allocs:
+            for k in spreads:
+                v = m.get((p, al), {}).get(k)
+                if v and len(v) > 1:
+                    spreads[k].append(common.spread(v))
+        n = sorted({c for v in procs[p].values() for c in v})
+        out += [f"### {p}", "", ABOUT.get(p, "") + f"; {'/'.join(map(str, n))} process"
+                f"{'es' if n != [1] else ''} per run.", "",
                 "| allocator | wall s | CPU s | peak RSS MiB | minor faults |", "|---|---|---|---|---|"]
         for al in allocs:
             w = m.get((p, al), {}).get("wall_s")
@@ -181,6 +189,11 @@ def main():
         out.append("")
     if worst[1]:
         out += [f"Largest spread of a cell's wall times: {worst[0] * 100:.0f}% of its median ({worst[1]}).", ""]
+    if spreads["wall_s"]:
+        out += ["Spread (max-min)/median of a cell's repetitions, over all cells: wall time median "
+                f"{statistics.median(spreads['wall_s']) * 100:.0f}%, largest {max(spreads['wall_s']) * 100:.0f}%; "
+                f"CPU time median {statistics.median(spreads['cpu_s']) * 100:.0f}%, largest "
+                f"{max(spreads['cpu_s']) * 100:.0f}%.", ""]
 
     if st:
         out += ["## Start-up", "",
