@@ -160,6 +160,8 @@ if [ "$(cat "$work/.stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 P=$ROOT/bench/programs
 run=$work/run
+# the machine and tree before this run rewrites its results (under bench/results: tracked files)
+machine=$(machine_line)
 mkdir -p "$out"
 raw=$out/programs.jsonl
 rm -f "$raw"
@@ -271,7 +273,7 @@ rm -rf "$run"
 elapsed=$(( $(date +%s) - t_start ))
 mt_lib=${LIB_mtpool:-}
 python3 "$ROOT/bench/programs/report.py" --in "$raw" --out "$out" --elapsed "$elapsed" \
-  --machine "$(machine_line)" --skipped "$skipped" --reps "$reps" --size "$size" \
+  --machine "$machine" --skipped "$skipped" --reps "$reps" --size "$size" \
   --inputs "$GEN --python $N_PY --perl $N_PL --ruby $N_RB --lua $N_LUA" \
   --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" || rc=1
 note "done in ${elapsed} s: $out/programs.md"
