@@ -70,11 +70,14 @@
 #define MTP_PAGE_SIZE ((size_t)1 << MTP_PAGE_SHIFT)
 #define MTP_PAGES_PER_REGION (MTP_REGION_SIZE / MTP_PAGE_SIZE)
 #define MTP_MAX_SMALL 32768  /* largest size class; above it blocks are mapped one each */
-#define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, 256-byte steps above */
+#define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
+#define MTP_UPPER_SHIFT 4    /* the upper table's step, 16 B: every class above 1 KiB is a multiple */
 #define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
 #define MTP_VA_BITS 48       /* user addresses handed out by mmap stay below 2^48 */
 #define MTP_CHUNKMAP_SIZE ((size_t)1 << (MTP_VA_BITS - MTP_REGION_SHIFT))
-#define MTP_NUM_CLASSES 52
+/* Size classes (size_class.c): at most MTP_STATS_MAX_CLASSES (the public statistics' array, part
+ * of the ABI), checked there. */
+#define MTP_NUM_CLASSES 64
 
 /* ------------------------------------------------------------------------------------------------
  * Blocks and page descriptors
