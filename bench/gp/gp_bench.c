@@ -364,6 +364,49 @@ static uint64_t t_realloc(void) {
   return sum;
 }
 
+/* ---- realloc_grow: realloc growth repeated (issue 17) -------------------------------------- */
+/* A buffer grown from 4 KiB to 8 MiB in 4 KiB steps, one byte written per step (every page
+ * touched once per round), read back, freed; 150 rounds per thread. What a growing buffer costs
+ * when the allocator keeps (or does not keep) the pages and the room of the last round. */
+static void *realloc_grow_worker(void *arg) {
+  worker_t *w = arg;
+  const size_t step = 4096, top = (size_t)8 << 20;
+  long rounds = scaled(150);
+  for (long i = 0; i < rounds; i++) {
+    unsigned char *p = NULL;
+    for (size_t n = step; n <= top; n += step) {
+      unsigned char *q = realloc(p, n);
+      if (!q) die("out of memory");
+      p = q;
+      p[n - step] = (unsigned char)(n / step + (size_t)i + (size_t)w->idx);
+    }
+    for (size_t o = 0; o < top; o += step) /* every step's byte survived every move */
+      w->sum += (uint64_t)p[o] * (o / step + 1);
+    free(p);
+  }
+  return NULL;
+}
+
+static uint64_t t_realloc_grow(void) {
+  worker_t *w = calloc((size_t)g_threads, sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < g_threads; i++) w[i].idx = i;
+  run_threads(realloc_grow_worker, w, g_threads);
+  uint64_t sum = 0;
+  for (int i = 0; i < g_threads; i++) sum += w[i].sum;
+  free(w);
+  return sum;
+}
+
+/* ---- medium: churn of 32 KiB - 1 MiB blocks (issue 17) ------------------------------------- */
+/* Random replacement in a live set of 64 blocks per thread, sizes log-uniform (as many 32-64 KiB
+ * blocks as 512 KiB-1 MiB ones), every page touched: the sizes just above the small classes. */
+static uint64_t t_medium(void) {
+  churn_cfg_t c = {.lo = 32768, .hi = 1u << 20, .slots = 64, .log_sizes = 1, .touch_pages = 1,
+                   .ops = 20000, .test = 9};
+  return run_churn(&c);
+}
+
 /* ---- tree: build, walk and free binary search trees of small nodes ------------------------- */
 typedef struct node {
   uint64_t key;
@@ -492,6 +535,8 @@ static const struct {
     {"tree", t_tree},
     {"false_sharing_active", t_fs_active},
     {"false_sharing_passive", t_fs_passive},
+    {"realloc_grow", t_realloc_grow},
+    {"medium", t_medium},
 };
 
 /* Which malloc this process runs on, by a symbol only that library defines. */

@@ -37,6 +37,10 @@ ABOUT = {
                             "frees it; 5,000 times",
     "false_sharing_passive": "as active, but each thread first frees a block that the main "
                              "thread allocated for it next to the others'",
+    "realloc_grow": "each thread grows a buffer from 4 KiB to 8 MiB in 4 KiB realloc steps (one "
+                    "byte written per step), reads it, frees it; 150 times",
+    "medium": "20,000 free+malloc per thread of 32 KiB-1 MiB blocks (log-uniform) in a live set "
+              "of 64, one byte written per 4 KiB page",
 }
 
 

@@ -1,6 +1,6 @@
-/* Large blocks (above 32 KiB): the cache of freed mappings (reuse, its bound, purge after the
- * pool's delay, trim, destroy, statistics), realloc by mremap (grow and shrink keeping contents,
- * small -> large -> small), bad input (double free of a cached block, interior and foreign
+/* Large blocks (above 32 KiB): the cache of freed ranges (reuse, split and merge, its bound, purge
+ * after the pool's delay, trim, destroy, statistics), realloc (grow into the cached range after the
+ * block or by mremap, shrink into the cache, keeping contents, small -> large -> small), bad input (double free of a cached block, interior and foreign
  * pointers), OS failures (mtp__os_inject_failure), and two threads at once (for TSan). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -78,25 +78,40 @@ static void test_reuse_and_stats(void) {
   b = mtp_pool_alloc(p, 900 * 1024);
   mtp_free_sized(b, MiB); /* the usable size */
   CHECK(g_errs == 0);
-  /* much smaller: the head of the mapping, its tail returned */
+  /* much smaller: the head of the range; its tail stays cached (no munmap: its pages stay for
+   * the next big request) */
   b = mtp_pool_alloc(p, 100 * 1024);
   CHECK(b == a);
   CHECK_EQ_SZ(mtp_usable_size(b), 100 * 1024);
   st = stats(p);
-  CHECK_EQ_SZ(st.bytes_returned, MiB - 100 * 1024);
+  CHECK_EQ_SZ(st.bytes_returned, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 100 * 1024);
-  CHECK_EQ_SZ(st.bytes_reserved, 100 * 1024);
-  /* larger than any cached mapping but at most twice: grown in place or moved by mremap */
+  CHECK_EQ_SZ(st.bytes_reserved, MiB);
+  CHECK_EQ_SZ(cached(p), MiB - 100 * 1024);
+  /* freed, it merges with its tail again: the whole 1 MiB serves a 1 MiB request as is */
   mtp_free(b);
-  b = mtp_pool_alloc(p, 160 * 1024);
-  REQUIRE(b != NULL, "alloc");
-  CHECK_EQ_SZ(mtp_usable_size(b), 160 * 1024);
+  CHECK_EQ_SZ(cached(p), MiB);
+  b = mtp_pool_alloc(p, MiB);
+  CHECK(b == a);
   CHECK_EQ_SZ(cached(p), 0);
-  memset(b, 1, 160 * 1024);
   mtp_free(b);
+  /* split again, and a request larger than any cached range: a mapping of its own (the cached
+   * range stays: moving its pages would save faults, not a system call) */
+  b = mtp_pool_alloc(p, 160 * 1024);
+  CHECK(b == a);
+  CHECK_EQ_SZ(cached(p), MiB - 160 * 1024);
+  char *c = mtp_pool_alloc(p, 1536 * 1024);
+  REQUIRE(c != NULL, "alloc");
+  CHECK_EQ_SZ(mtp_usable_size(c), 1536 * 1024);
+  CHECK_EQ_SZ(cached(p), MiB - 160 * 1024);
+  memset(b, 1, 160 * 1024);
+  memset(c, 1, 1536 * 1024);
+  mtp_free(b);
+  mtp_free(c);
   st = stats(p);
-  CHECK_EQ_SZ(st.allocs, 6);
-  CHECK_EQ_SZ(st.frees, 6);
+  CHECK_EQ_SZ(st.allocs, 8);
+  CHECK_EQ_SZ(st.frees, 8);
+  CHECK_EQ_SZ(st.bytes_returned, 0);
   mtp_pool_destroy(p);
 }
 
@@ -258,17 +273,38 @@ static void test_realloc(void) {
   CHECK_EQ_SZ(st.large_blocks, 1);
   CHECK_EQ_SZ(st.blocks_in_use, 1);
   CHECK(st.large_bytes <= 8 * MiB + MiB + 4096); /* at most an eighth more */
-  /* shrink by more than a quarter: in place, the tail returned */
+  /* shrink by more than a quarter: in place, the tail cached (returned after the delay) */
   uint64_t ret0 = st.bytes_returned;
+  size_t held = st.large_bytes, c0 = cached(p); /* c0: the small blocks' free pages */
   unsigned char *q = mtp_realloc(b, MiB);
   CHECK(q == b);
   CHECK(intact(q, MiB));
   CHECK_EQ_SZ(mtp_usable_size(q), MiB);
   st = stats(p);
-  CHECK(st.bytes_returned > ret0);
+  CHECK_EQ_SZ(st.bytes_returned, ret0);
   CHECK_EQ_SZ(st.large_bytes, MiB);
+  CHECK_EQ_SZ(cached(p), c0 + held - MiB);
   mtp_free_sized(q, MiB);
   CHECK(g_errs == 0);
+  CHECK_EQ_SZ(cached(p), c0 + held); /* merged again: one range */
+  /* the same growth again: the cached range, grown into in place, with no system call (no move,
+   * nothing mapped or returned) */
+  size_t mapped = stats(p).bytes_mapped;
+  b = mtp_pool_alloc(p, 20000);
+  moves = 0;
+  for (size_t to = 24576; to <= 8 * MiB; to += 4096) {
+    unsigned char *r = mtp_realloc(b, to);
+    REQUIRE(r != NULL, "realloc to %zu", to);
+    if (r != b && to > 65536) moves++;
+    b = r;
+  }
+  st = stats(p);
+  printf("the same growth again: %zu moved above 64 KiB, %zu bytes mapped (%zu before)\n", moves,
+         st.bytes_mapped, mapped);
+  CHECK_EQ_SZ(moves, 0);
+  CHECK_EQ_SZ(st.bytes_returned, ret0);
+  CHECK(st.bytes_mapped <= mapped + MiB); /* the small blocks' region at most */
+  mtp_free(b);
   /* large -> small keeps the contents and leaves the large mapping cached */
   b = mtp_pool_alloc(p, 2 * MiB);
   fill(b, 0, 2 * MiB);

@@ -1,5 +1,6 @@
 /* Unit test of the base layer's size classes: the tables follow the documented rules (steps,
- * alignment, slab spans), and every slab's capacity fits the remote list's block counter. */
+ * rounding, fits, alignment, slab spans), and every slab's capacity fits the remote list's block
+ * counter. */
 #include "base/base.h"
 #include "testhelper.h"
 
@@ -10,15 +11,30 @@ static void test_steps(void) {
     if (s <= 128) CHECK_EQ_SZ(s, 8 * (c + 1));
   }
   CHECK_EQ_SZ(mtp__class_size[MTP_NUM_CLASSES - 1], MTP_MAX_SMALL);
+  CHECK(MTP_NUM_CLASSES <= MTP_STATS_MAX_CLASSES); /* every class has a statistics entry */
+  /* the classes up to 1 KiB are those of issue 2, unchanged (nodes, strings: README figures) */
+  static const uint32_t small[] = {8,   16,  24,  32,  40,  48,  56,  64,  72,  80,  88,
+                                   96,  104, 112, 120, 128, 144, 160, 176, 192, 208, 224,
+                                   240, 256, 320, 384, 448, 512, 640, 768, 896, 1024};
+  for (unsigned i = 0; i < sizeof(small) / sizeof(small[0]); i++) CHECK_EQ_SZ(mtp__class_size[i], small[i]);
   /* container nodes take exactly their size */
   unsigned sizes[] = {24, 40, 48, 56};
   for (unsigned i = 0; i < 4; i++) CHECK_EQ_SZ(mtp__class_size[mtp__class_of(sizes[i])], sizes[i]);
-  /* at most 25% rounding above 128 B */
+  /* rounding: at most 25% from 129 B to 1 KiB, at most 12.5% above 1 KiB */
   for (size_t n = 129; n <= MTP_MAX_SMALL; n++) {
     uint32_t s = mtp__class_size[mtp__class_of(n)];
     CHECK(s >= n);
-    CHECK((double)s <= 1.25 * (double)n + 16);
+    if (n <= MTP_DIRECT_MAX)
+      CHECK(4 * (size_t)s <= 5 * n);
+    else
+      CHECK(8 * (size_t)s <= 9 * n);
   }
+  /* powers of two take exactly their size; "power of two + small header" (up to 128 B) at 4 and
+   * 8 KiB takes at most 128 B more than the power (Squid's memory-cache node: 4,096 + 40 B) */
+  for (size_t p = 8; p <= MTP_MAX_SMALL; p *= 2) CHECK_EQ_SZ(mtp__class_size[mtp__class_of(p)], p);
+  for (size_t p = 4096; p <= 8192; p *= 2)
+    for (size_t h = 1; h <= 128; h++) CHECK_EQ_SZ(mtp__class_size[mtp__class_of(p + h)], p + 128);
+  CHECK_EQ_SZ(mtp__class_size[mtp__class_of(4136)], 4224);
 }
 
 /* The reference: the smallest class holding n, by a linear search of the class sizes. */
@@ -37,11 +53,11 @@ static void test_lookup(void) {
     CHECK(mtp__class_size[c] >= (n ? n : 1));
     if (c > 0) CHECK(mtp__class_size[c - 1] < n);
     if (n <= MTP_DIRECT_MAX) CHECK_EQ_SZ(mtp__class_direct[(n + 7) >> 3], c);
-    else CHECK_EQ_SZ(mtp__class_upper[(n + 255) >> 8], c);
+    else CHECK_EQ_SZ(mtp__class_upper[(n + 15) >> MTP_UPPER_SHIFT], c);
   }
-  /* the upper table's 256-byte steps: every class above MTP_DIRECT_MAX is a multiple of 256 */
+  /* the upper table's 16-byte steps: every class above MTP_DIRECT_MAX is a multiple of 16 */
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++)
-    if (mtp__class_size[c] > MTP_DIRECT_MAX) CHECK_EQ_SZ(mtp__class_size[c] % 256, 0);
+    if (mtp__class_size[c] > MTP_DIRECT_MAX) CHECK_EQ_SZ(mtp__class_size[c] % (1u << MTP_UPPER_SHIFT), 0);
 }
 
 static void test_alignment(void) {
@@ -56,12 +72,22 @@ static void test_alignment(void) {
   CHECK_EQ_SZ(mtp__class_aligned(100, 1 << 20), MTP_NUM_CLASSES);
 }
 
+/* The slab rule: at least 8 blocks with at most 1/8 of the span left over. */
+static bool span_ok(size_t pages, uint32_t size) {
+  size_t span = pages * MTP_PAGE_SIZE, cap = span / size;
+  return cap >= 8 && (span - cap * size) * 8 <= span;
+}
+
 static void test_spans(void) {
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
-    size_t span = (size_t)mtp__class_pages[c] * MTP_PAGE_SIZE;
+    size_t pages = mtp__class_pages[c];
+    size_t span = pages * MTP_PAGE_SIZE;
     size_t cap = span / mtp__class_size[c];
-    CHECK(cap >= 8);
-    CHECK((span - cap * mtp__class_size[c]) * 8 <= span);
+    /* a power of two (the region layer hands out spans of 1, 2 or 4 pages), the fewest that keep
+     * the rule */
+    CHECK(pages >= 1 && pages <= 4 && (pages & (pages - 1)) == 0);
+    CHECK(span_ok(pages, mtp__class_size[c]));
+    if (pages > 1) CHECK(!span_ok(pages / 2, mtp__class_size[c]));
     /* the remote list word counts blocks in MTP_TF_COUNT_BITS (14) bits; every block of a slab
      * can be on that list at once */
     CHECK(cap < (1u << MTP_TF_COUNT_BITS));

@@ -1,7 +1,7 @@
 /* Public entry points. The fast paths live here, inline; everything else is a call down.
  *
  *   mtp_alloc(size)                     size <= 32 KiB: class from one table load (8-byte
- *                                       steps to 1 KiB, 256-byte steps above)
+ *                                       steps to 1 KiB, 16-byte steps above)
  *     heap = tl_default_heap            (a static empty heap until the thread's first slow path)
  *     slab = heap->current[class]; b = slab->free
  *     b != NULL: slab->free = b->next; used++; allocs++   -> b
@@ -41,7 +41,7 @@ MTP_INLINE bool class_fast(size_t size, unsigned *cls) {
     return true;
   }
   if (MTP_LIKELY(size <= MTP_MAX_SMALL)) {
-    *cls = mtp__class_upper[(size + 255) >> 8];
+    *cls = mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT];
     return true;
   }
   return false;

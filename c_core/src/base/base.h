@@ -11,15 +11,15 @@
 
 /* ---- size classes (size_class.c) ---- */
 extern const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1]; /* [(size+7)>>3] -> class */
-extern const uint8_t mtp__class_upper[MTP_MAX_SMALL / 256 + 1];  /* [(size+255)>>8] -> class */
+extern const uint8_t mtp__class_upper[(MTP_MAX_SMALL >> MTP_UPPER_SHIFT) + 1]; /* [(size+15)>>4] */
 extern const uint32_t mtp__class_size[MTP_NUM_CLASSES];
 extern const uint8_t mtp__class_pages[MTP_NUM_CLASSES]; /* slab span in pages */
 unsigned mtp__class_of(size_t size);                    /* size <= MTP_MAX_SMALL */
 /* The class of size <= MTP_MAX_SMALL in one table load (two tables: 8-byte steps to 1 KiB, then
- * 256-byte steps, since every class above 1 KiB is a multiple of 256). Inline for the fast paths. */
+ * 16-byte steps, since every class above 1 KiB is a multiple of 16). Inline for the fast paths. */
 static inline __attribute__((always_inline)) unsigned mtp__class_lookup(size_t size) {
   return size <= MTP_DIRECT_MAX ? mtp__class_direct[(size + 7) >> 3]
-                                : mtp__class_upper[(size + 255) >> 8];
+                                : mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT];
 }
 /* Smallest class >= size whose blocks are all aligned to alignment; MTP_NUM_CLASSES if none. */
 unsigned mtp__class_aligned(size_t size, size_t alignment);

@@ -69,12 +69,15 @@
 #define MTP_PAGE_SHIFT 16
 #define MTP_PAGE_SIZE ((size_t)1 << MTP_PAGE_SHIFT)
 #define MTP_PAGES_PER_REGION (MTP_REGION_SIZE / MTP_PAGE_SIZE)
-#define MTP_MAX_SMALL 32768  /* largest size class; above it blocks are mapped one each */
-#define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, 256-byte steps above */
+#define MTP_MAX_SMALL 32768  /* largest size class; above it, large blocks (pool/large.c) */
+#define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
+#define MTP_UPPER_SHIFT 4    /* the upper table's step, 16 B: every class above 1 KiB is a multiple */
 #define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
 #define MTP_VA_BITS 48       /* user addresses handed out by mmap stay below 2^48 */
 #define MTP_CHUNKMAP_SIZE ((size_t)1 << (MTP_VA_BITS - MTP_REGION_SHIFT))
-#define MTP_NUM_CLASSES 52
+/* Size classes (size_class.c): at most MTP_STATS_MAX_CLASSES (the public statistics' array, part
+ * of the ABI), checked there. */
+#define MTP_NUM_CLASSES 64
 
 /* ------------------------------------------------------------------------------------------------
  * Blocks and page descriptors
@@ -278,18 +281,22 @@ struct mtpi_thread {
 /* ------------------------------------------------------------------------------------------------
  * Large blocks (pool layer, large.c; every field under the large lock)
  * ----------------------------------------------------------------------------------------------*/
-/* A record is LIVE (handed out: on its pool's `large` list) or CACHED (freed, its mapping kept for
+/* A record is LIVE (handed out: on its pool's `large` list) or CACHED (freed, its range kept for
  * reuse: on its pool's `large_cache` list, newest first). Both kinds stay in the hash, so that a
- * free of a cached block's address is told apart (a double free) from a foreign pointer. */
+ * free of a cached block's address is told apart (a double free) from a foreign pointer; an
+ * address whose range merged into the free range before it is no record's any more, and a free of
+ * it is reported as a pointer mtpool did not hand out. A record's range [map, map + map_size)
+ * lies inside one kernel mapping, named by `origin` (large.c); ranges of records never overlap. */
 typedef struct mtpi_large {
   void *ptr;  /* what the user holds */
-  void *map;  /* the mapping */
+  void *map;  /* the range's first page */
   size_t map_size;
   size_t size; /* requested (LIVE) */
   mtpi_pool_t *pool;
   struct mtpi_large *hash_next;
   mtpi_node_t link;      /* the pool's large list (LIVE) or its cache (CACHED) */
-  uint64_t free_time_ms; /* CACHED: when it was freed */
+  uint64_t free_time_ms; /* CACHED: when it was freed (merged: the newest free) */
+  uint64_t origin;       /* the kernel mapping the range lies in: a number never reused */
   bool cached;
 } mtpi_large_t;
 

@@ -1,26 +1,40 @@
 /* Large blocks: requests above the largest size class (or with an alignment no class offers) get
- * a mapping of their own. A hash of their addresses, under one lock, tells a large block from a
- * pointer mtpool never gave out; each pool lists its own so that destroying the pool unmaps them
- * all. A block's record is an internal record (base/meta.c): out of band, and behind a guard page,
- * so an overflow past the block's mapping cannot reach it. Layer: pool.
+ * a range of pages of their own, out of a mapping of their own. A hash of their addresses, under
+ * one lock, tells a large block from a pointer mtpool never gave out; each pool lists its own so
+ * that destroying the pool unmaps them all. A block's record is an internal record (base/meta.c):
+ * out of band, and behind a guard page, so an overflow past the block's range cannot reach it.
+ * Layer: pool.
  *
- * The cache of mappings. A freed block's mapping is kept (CACHED, see types.h) instead of being
- * unmapped, and a later large allocation of the same pool reuses it: no mmap, no munmap, and its
- * pages are not faulted in again. Rules:
- *   - reuse as is when the mapping is at most 1/4 larger than needed (the usable size reported is
- *     the whole mapping, so it stays true); else grow a smaller cached mapping (at least half the
- *     size needed) with mremap, whose pages move without a copy or a fault; else cut a larger
- *     one's tail off (munmap) and use its head; else map afresh.
- *   - bound: a pool keeps at most MAX_CACHED mappings and at most CACHE_FLOOR bytes plus a quarter
- *     of the bytes its live large blocks map; the oldest go first. The floor lets a program that
- *     frees and allocates a few blocks of several MiB in a loop (the common pattern) reuse them;
- *     the proportional part lets one with many large blocks keep its turnover without ever more
- *     than 1.25x its large-block footprint.
- *   - a cached mapping goes back to the OS (munmap, counted in bytes_returned then) after the
- *     pool's purge delay (the purge thread, pool.c), at trim and at pool destroy. A pool with a
- *     delay of 0 caches nothing; checked pools cache nothing either (a freed block's mapping is
- *     gone, so a late access faults and its double free stays reported).
- * Free mappings are poisoned for AddressSanitizer while cached. */
+ * Ranges and mappings. Every record describes a range of pages [map, map + map_size) that lies in
+ * one kernel mapping, named by the record's `origin` (a number, never reused): a fresh mmap starts
+ * an origin; a range split off a record keeps its origin; a range that mremap moved starts a new
+ * one. Records' ranges never overlap. So munmap of a record's range is always valid, and so is
+ * mremap (the range is inside one mapping), and two free ranges merge only within one origin.
+ *
+ * The cache of free ranges. A freed block's range is kept (CACHED, see types.h) instead of being
+ * unmapped, merged with the free ranges of its origin just before and after it, and a later large
+ * allocation of the same pool reuses it: no mmap, no munmap, and its pages are not faulted in
+ * again. Rules:
+ *   - take the smallest free range that holds the request (the largest, for a block realloc
+ *     grows: it will want the room after it); as is when at most 1/4 larger (the usable size
+ *     reported is the whole range, so it stays true), else split: the block takes the head, the
+ *     tail stays cached (no system call; its pages stay resident for the next big request). Else
+ *     map afresh. (Growing a smaller free range with mremap instead, as before, saved page faults
+ *     but no system call: mremap only where it saves a copy, in realloc.)
+ *   - realloc grows a block into the free range just after it (same origin) without a system
+ *     call; else by mremap, with room for an eighth more (a growing buffer usually grows again).
+ *     A block that shrinks by more than a quarter gives its tail to the cache.
+ *   - bound: a pool keeps at most MAX_CACHED free ranges and at most CACHE_FLOOR bytes plus a
+ *     quarter of the bytes its live large blocks take; the oldest go first. The floor lets a
+ *     program that frees and allocates a few blocks of several MiB in a loop (the common pattern)
+ *     reuse them; the proportional part lets one with many large blocks keep its turnover without
+ *     ever more than 1.25x its large-block footprint.
+ *   - a free range goes back to the OS (munmap, counted in bytes_returned then) after the pool's
+ *     purge delay (the purge thread, pool.c; a merged range counts from its newest free), at trim
+ *     and at pool destroy. A pool with a delay of 0 caches nothing; checked pools cache nothing
+ *     either (a freed block's mapping is gone, so a late access faults and its double free stays
+ *     reported).
+ * Free ranges are poisoned for AddressSanitizer while cached. */
 #include <errno.h>
 #include <string.h>
 
@@ -123,39 +137,68 @@ static size_t unmap_list(mtpi_large_t *list) {
   return n;
 }
 
-/* Large lock held: a cached mapping for `need` bytes at `alignment` (0 or at most the OS page:
- * any), taken out of the cache, or NULL. *how says what the caller must do with it first. */
-enum { FIT_AS_IS, FIT_GROW, FIT_CUT };
-static mtpi_large_t *cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, int *how) {
-  mtpi_large_t *fit = NULL, *smaller = NULL;
+static uint64_t origin_count; /* large lock: the last origin handed out (types.h) */
+
+/* Large lock held: put rec (out of the cache, in the hash) into the cache as it is: no bound
+ * check, no merge (its bytes were counted there before it was taken out for a split). */
+static void cache_link(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t free_time_ms) {
+  rec->cached = true;
+  rec->free_time_ms = free_time_ms;
+  mtp__list_push(&pool->large_cache, &rec->link);
+  pool->large_cached_count++;
+  pool->large_cached_bytes += rec->map_size;
+}
+
+/* Large lock held: cut rec's range at `at` bytes (OS-page aligned, inside it): rec keeps the head,
+ * the tail's new record (same pool and origin; in no list, not in the hash) is returned; NULL when
+ * no record could be had (rec is unchanged then). */
+static mtpi_large_t *split(mtpi_large_t *rec, size_t at) {
+  mtpi_large_t *t = mtp__meta_alloc(sizeof(*t)); /* meta lock after the large lock: pool.h */
+  if (t == NULL) return NULL;
+  t->ptr = t->map = (char *)rec->map + at;
+  t->map_size = rec->map_size - at;
+  t->pool = rec->pool;
+  t->origin = rec->origin;
+  rec->map_size = at;
+  return t;
+}
+
+/* Large lock held: a cached range for `need` bytes at `alignment` (0 or at most the OS page: any),
+ * taken out of the cache, or NULL; `grow`: the block is expected to grow (realloc), so take the
+ * largest range that fits rather than the smallest. A range more than 1/4 larger than needed is
+ * split: its tail stays cached. */
+static mtpi_large_t *cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, bool grow) {
+  mtpi_large_t *fit = NULL;
   size_t os_page = mtp__os_page_size();
   for (mtpi_node_t *it = pool->large_cache; it; it = it->next) {
     mtpi_large_t *r = rec_of(it);
     if (alignment > os_page && ((uintptr_t)r->map & (alignment - 1)) != 0) continue;
-    if (r->map_size >= need) {
-      if (fit == NULL || r->map_size < fit->map_size) fit = r;
-    } else if (alignment <= os_page && (smaller == NULL || r->map_size > smaller->map_size)) {
-      smaller = r; /* a moved mapping may lose its alignment: grow only unaligned requests */
+    if (r->map_size >= need &&
+        (fit == NULL || (grow ? r->map_size > fit->map_size : r->map_size < fit->map_size)))
+      fit = r;
+  }
+  if (fit == NULL) return NULL;
+  uncache(pool, fit);
+  if (fit->map_size - need > need / 4) {
+    /* the head for the block, the tail stays cached (no record to be had: the whole range) */
+    mtpi_large_t *t = split(fit, need);
+    if (t != NULL) {
+      hash_insert(t);
+      cache_link(pool, t, fit->free_time_ms);
     }
   }
-  mtpi_large_t *r;
-  if (fit && fit->map_size - need <= need / 4) {
-    r = fit;
-    *how = FIT_AS_IS;
-  } else if (smaller && smaller->map_size >= need / 2) {
-    r = smaller;
-    *how = FIT_GROW;
-  } else if (fit) {
-    r = fit;
-    *how = FIT_CUT;
-  } else {
-    return NULL;
-  }
-  uncache(pool, r);
-  return r;
+  return fit;
 }
 
-/* A large block of `size` bytes whose mapping has room for `room` bytes more. */
+/* The caller's now: no poison left on the block's range. */
+static void *hand_out(mtpi_large_t *rec) {
+  mtp__track_unmap(rec->map, rec->map_size);
+  mtp__track_defined(rec->map, rec->map_size);
+  return rec->ptr;
+}
+
+/* A large block of `size` bytes whose range has room for `room` bytes more (room > 0: realloc
+ * made it, it may grow again). */
 static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment) {
   size_t need = size + (pool->check ? CHECK_SLACK : 0);
   if (need < size || need > SIZE_MAX / 2 || room > SIZE_MAX / 2 - need) {
@@ -166,44 +209,11 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   size_t map_size = page_round(need + room);
   if (map_size == 0) map_size = os_page;
   if (caches(pool)) {
-    int how = FIT_AS_IS;
     pthread_mutex_lock(&mtp__large_lock);
-    mtpi_large_t *rec = cache_take(pool, map_size, alignment, &how);
+    mtpi_large_t *rec = cache_take(pool, map_size, alignment, room > 0);
+    if (rec != NULL) make_live(pool, rec, size);
     pthread_mutex_unlock(&mtp__large_lock);
-    if (rec != NULL) {
-      /* Out of the cache but still in the hash, marked cached: nobody else can take it, and a
-       * stray free of its address is reported as a double free meanwhile. */
-      void *old = rec->map, *m = old;
-      size_t old_size = rec->map_size, new_size = old_size;
-      if (how == FIT_GROW) {
-        /* unpoisoned first: once moved, its old addresses may be mapped by another thread */
-        mtp__track_unmap(old, old_size);
-        m = mtp__os_remap(old, old_size, map_size);
-        if (m != NULL) new_size = map_size;
-      } else if (how == FIT_CUT) {
-        mtp__track_unmap((char *)old + map_size, old_size - map_size);
-        if (mtp__os_unmap((char *)old + map_size, old_size - map_size) == 0) {
-          mtp__u64_add_relaxed(&pool->bytes_returned, old_size - map_size); /* a statistic */
-          new_size = map_size;
-        }
-      }
-      bool ok = m != NULL;
-      pthread_mutex_lock(&mtp__large_lock);
-      if (!ok || m != old) hash_remove(rec, old); /* re-filed below, or (refused) dropped */
-      if (ok) {
-        rec->map = rec->ptr = m;
-        rec->map_size = new_size;
-        if (m != old) hash_insert(rec);
-        make_live(pool, rec, size);
-      }
-      pthread_mutex_unlock(&mtp__large_lock);
-      if (ok) {
-        mtp__track_unmap(rec->map, rec->map_size); /* unpoison: the caller's now */
-        mtp__track_defined(rec->map, rec->map_size);
-        return rec->ptr;
-      }
-      (void)unmap_rec(rec);
-    }
+    if (rec != NULL) return hand_out(rec);
   }
   mtpi_large_t *rec = mtp__meta_alloc(sizeof(*rec));
   if (rec == NULL) return NULL;
@@ -219,6 +229,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   rec->map_size = map_size;
   rec->pool = pool;
   pthread_mutex_lock(&mtp__large_lock);
+  rec->origin = ++origin_count;
   hash_insert(rec);
   make_live(pool, rec, size);
   pthread_mutex_unlock(&mtp__large_lock);
@@ -240,11 +251,35 @@ static void unlive(mtpi_pool_t *pool, mtpi_large_t *rec) {
   pool->large_bytes -= rec->map_size;
 }
 
-/* Large lock held: cache the record just taken off the live list if the bound allows, evicting
- * the oldest as needed onto *evict; false if it is not cached (the caller unmaps it). */
+/* Large lock held: cache the record just taken off the live list (still in the hash) if the bound
+ * allows, merged with the cached ranges of its origin just before and after it, evicting the
+ * oldest as needed onto *evict; false if it is not cached (the caller unhashes and unmaps it). A
+ * record merged into the one before it is freed here: the caller must not touch rec after true. */
 static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict) {
   size_t cap = CACHE_FLOOR + pool->large_bytes / 4;
   if (!caches(pool) || rec->map_size > cap) return false;
+  /* Poisoned for ASan before it is visible in the cache: once the lock is released another thread
+   * may take it and unpoison it for its own use. */
+  mtp__track_poison(rec->map, rec->map_size);
+  mtpi_large_t *before = NULL, *after = NULL;
+  for (mtpi_node_t *it = pool->large_cache; it; it = it->next) {
+    mtpi_large_t *r = rec_of(it);
+    if (r->origin != rec->origin) continue;
+    if ((char *)r->map + r->map_size == (char *)rec->map) before = r;
+    if ((char *)rec->map + rec->map_size == (char *)r->map) after = r;
+  }
+  if (after != NULL && rec->map_size + after->map_size <= cap) {
+    drop_cached(pool, after);
+    rec->map_size += after->map_size;
+    mtp__meta_free(after, sizeof(*after)); /* meta lock after the large lock: pool.h */
+  }
+  if (before != NULL && before->map_size + rec->map_size <= cap) {
+    uncache(pool, before);
+    before->map_size += rec->map_size;
+    hash_remove(rec, rec->ptr);
+    mtp__meta_free(rec, sizeof(*rec));
+    rec = before;
+  }
   while (pool->large_cache != NULL && (pool->large_cached_count >= MAX_CACHED ||
                                        pool->large_cached_bytes + rec->map_size > cap)) {
     mtpi_large_t *old = rec_of(mtp__list_last(pool->large_cache));
@@ -252,14 +287,7 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
     old->hash_next = *evict;
     *evict = old;
   }
-  /* Poisoned for ASan before it is visible in the cache: once the lock is released another thread
-   * may take it and unpoison it for its own use. */
-  mtp__track_poison(rec->map, rec->map_size);
-  rec->cached = true;
-  rec->free_time_ms = mtp__os_now_ms();
-  mtp__list_push(&pool->large_cache, &rec->link);
-  pool->large_cached_count++;
-  pool->large_cached_bytes += rec->map_size;
+  cache_link(pool, rec, mtp__os_now_ms());
   return true;
 }
 
@@ -328,12 +356,64 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   if (need < size || want < need || need > SIZE_MAX / 2) return NULL;
   pthread_mutex_lock(&mtp__large_lock);
   mtpi_large_t *rec = *find(p);
-  bool ok = rec != NULL && !rec->cached && !rec->pool->check && rec->ptr == rec->map;
-  void *old = ok ? rec->map : NULL;
-  size_t old_size = ok ? rec->map_size : 0;
-  pthread_mutex_unlock(&mtp__large_lock);
-  if (!ok) return NULL;
+  if (rec == NULL || rec->cached || rec->pool->check || rec->ptr != rec->map) {
+    pthread_mutex_unlock(&mtp__large_lock);
+    return NULL;
+  }
   /* The block is the caller's: no other thread may touch its record until this returns. */
+  mtpi_pool_t *pool = rec->pool;
+  void *old = rec->map;
+  size_t old_size = rec->map_size;
+  if (need <= old_size && old_size - need <= old_size / 4) { /* fits as it is */
+    rec->size = size;
+    pthread_mutex_unlock(&mtp__large_lock);
+    return p;
+  }
+  mtpi_large_t *evict = NULL, *tail = NULL;
+  if (need > old_size && caches(pool)) {
+    /* Grow into the free range just after the block (same origin: the same mapping), taking what
+     * the block wants and leaving the rest cached: no system call. */
+    mtpi_large_t *nb = NULL;
+    for (mtpi_node_t *it = pool->large_cache; it && nb == NULL; it = it->next)
+      if (rec_of(it)->origin == rec->origin && rec_of(it)->map == (char *)old + old_size) nb = rec_of(it);
+    if (nb != NULL && old_size + nb->map_size >= need) {
+      size_t take = want - old_size;
+      drop_cached(pool, nb);
+      if (take < nb->map_size) { /* the rest of the range stays cached, at its new address */
+        nb->map = nb->ptr = (char *)nb->map + take;
+        nb->map_size -= take;
+        hash_insert(nb);
+        cache_link(pool, nb, nb->free_time_ms);
+      } else {
+        take = nb->map_size;
+        tail = nb; /* its record goes (after the unlock) */
+      }
+      rec->map_size += take;
+      rec->size = size;
+      pool->large_bytes += take;
+      pthread_mutex_unlock(&mtp__large_lock);
+      if (tail != NULL) mtp__meta_free(tail, sizeof(*tail));
+      mtp__track_unmap((char *)old + old_size, take); /* unpoisoned: the caller's now */
+      mtp__track_defined((char *)old + old_size, take);
+      return p;
+    }
+  } else if (need < old_size && caches(pool)) {
+    /* Shrink by more than a quarter: the tail goes to the cache (merged with a free range after
+     * it), back to the OS after the pool's delay. */
+    tail = split(rec, need);
+    if (tail != NULL) {
+      rec->size = size;
+      pool->large_bytes -= tail->map_size;
+      hash_insert(tail);
+      bool cached = cache_put(pool, tail, &evict);
+      if (!cached) hash_remove(tail, tail->ptr);
+      pthread_mutex_unlock(&mtp__large_lock);
+      if (!cached) (void)unmap_rec(tail);
+      (void)unmap_list(evict);
+      return p;
+    }
+  }
+  pthread_mutex_unlock(&mtp__large_lock);
   size_t new_size = old_size;
   void *m = old;
   if (need > old_size) { /* grow, with room for more */
@@ -341,18 +421,18 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     if (m == NULL) return NULL;
     mtp__track_unmap(m, want); /* all of it the caller's (no stale poison where it grew) */
     new_size = want;
-  } else if (old_size - need > old_size / 4) { /* shrink: give the tail back, in place */
+  } else { /* shrink with no cache: give the tail back, in place */
     if (mtp__os_unmap((char *)old + need, old_size - need) == 0) {
-      mtp__u64_add_relaxed(&rec->pool->bytes_returned, old_size - need); /* a statistic */
+      mtp__u64_add_relaxed(&pool->bytes_returned, old_size - need); /* a statistic */
       new_size = need;
     }
   }
   pthread_mutex_lock(&mtp__large_lock);
-  mtpi_pool_t *pool = rec->pool;
   pool->large_bytes = pool->large_bytes - old_size + new_size;
   if (m != old) { /* a block that moved counts as an allocation and a free, as a copy does */
     hash_remove(rec, old);
     rec->map = rec->ptr = m;
+    rec->origin = ++origin_count; /* a mapping of its own now */
     hash_insert(rec);
     pool->large_allocs++;
   }
