@@ -46,6 +46,7 @@ static void note_free_pages(mtpi_pool_t *p) {
 void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
   m->region_hint = NULL;
+  memset(m->classes_got, 0, sizeof(m->classes_got));
   mtp__pool_lock(p);
   mtp__list_push(&p->members, &m->link);
   mtp__pool_unlock(p);
@@ -144,7 +145,7 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
 }
 
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL);
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
@@ -178,7 +179,10 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
       return s;
     }
   }
-  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], &m->region_hint);
+  uint64_t bit = (uint64_t)1 << (cls % 64);
+  bool grow = (m->classes_got[cls / 64] & bit) != 0;
+  m->classes_got[cls / 64] |= bit;
+  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], &m->region_hint, grow);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
     mtp__slab_set_heap(s, heap);

@@ -171,21 +171,27 @@ static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
   return -1;
 }
 
-/* A pool that keeps taking never-touched pages is growing: fault the span and the free clean
- * pages after it in with one call (a window of up to 256 KiB) rather than one fault per 4 KiB.
- * The extra pages become free-and-dirty, so the next spans come from them, and the purge
+/* A heap that keeps taking never-touched pages for classes it has filled before is growing: fault
+ * the span, and as the streak lengthens the free clean pages after it, in with one call rather
+ * than one fault per 4 KiB. A span for a class's first slab is no such sign (a program touches
+ * dozens of classes once as it starts; carving faults in only what it uses): it neither counts
+ * nor populates. The window grows with the streak, one span more per span taken, up to 256 KiB;
+ * pages past the span become free-and-dirty, so the next spans come from them, and the purge
  * returns them after the delay should the growth stop. */
 #define POPULATE_STREAK 4
-#define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB ahead at most */
+#define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB at most */
 static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages,
-                           bool clean) {
+                           bool clean, bool grow) {
   if (!clean) {
     rs->fresh_streak = 0;
     return;
   }
-  if (++rs->fresh_streak < POPULATE_STREAK) return;
+  if (!grow || ++rs->fresh_streak < POPULATE_STREAK) return;
+  unsigned window = pages * (rs->fresh_streak - POPULATE_STREAK + 1);
+  if (window > POPULATE_PAGES) window = POPULATE_PAGES;
+  if (window < pages) window = pages;
   unsigned end = at + pages;
-  while (end < MTP_PAGES_PER_REGION && end < at + POPULATE_PAGES &&
+  while (end < MTP_PAGES_PER_REGION && end < at + window &&
          (r->h.free_mask[end / 64] >> (end % 64) & 1) && !(r->h.dirty_mask[end / 64] >> (end % 64) & 1))
     end++;
   /* The caller takes the range (mtp__region_take_populate) and faults it in after dropping the
@@ -216,7 +222,8 @@ void mtp__region_unclaim(mtpi_region_t **hint) {
   *hint = NULL;
 }
 
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint) {
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
+                                    bool grow) {
   MTP_ASSERT(pages == 1 || pages == 2 || pages == 4);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
   int at = -1;
@@ -245,7 +252,11 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
     if (found == NULL) return NULL;
     at = find_run(found, pages, false);
   }
-  if (hint != NULL && found != mine && found->h.claim == NULL) { /* fresh pages: claim it */
+  /* Fresh pages for a growing heap: claim the region. A heap's first slab of a class does not:
+   * a thread that allocates a little takes its pages beside other such threads' (one region for
+   * thousands of them, not one each; measured: 3,000 short-lived threads at once held 3,000
+   * regions, and every span walked them all under the pool lock). */
+  if (hint != NULL && grow && found != mine && found->h.claim == NULL) {
     mtp__region_unclaim(hint);
     found->h.claim = hint;
     *hint = found;
@@ -260,7 +271,7 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
     found->h.free_mask[i / 64] &= ~bit;
     found->h.dirty_mask[i / 64] &= ~bit;
   }
-  populate_ahead(rs, found, (unsigned)at, pages, clean);
+  populate_ahead(rs, found, (unsigned)at, pages, clean, grow);
   found->h.free_pages -= pages;
   if (found->h.free_pages == 0) { /* full: to the back */
     mtp__list_remove(&rs->regions, &found->h.link);

@@ -56,8 +56,12 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
- * claims; so threads that grow at once fault pages in different regions. */
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint);
+ * claims if grow; so threads that grow at once fault pages in different regions. grow: the
+ * caller has filled a span of this kind before (a class's second slab or later): only such spans
+ * claim regions, and only such spans taken from never-touched pages in a row have the span and a
+ * window after it faulted in at once (see mtp__region_take_populate). */
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
+                                    bool grow);
 /* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
 void mtp__region_unclaim(mtpi_region_t **hint);
 /* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
