@@ -200,8 +200,7 @@ _Static_assert(sizeof(mtpi_page_t) == 2 * MTP_CACHE_LINE, "page descriptor is tw
  * ----------------------------------------------------------------------------------------------*/
 /* The region layer's state inside a pool: its regions and page accounting. */
 typedef struct mtpi_rset {
-  mtpi_node_t *regions;  /* regions with free pages first (the last to free a page first), full
-                          * ones at the back */
+  mtpi_node_t *regions;  /* regions with free pages first, full ones at the back */
   mtpi_node_t *regions_tail; /* the last of them (NULL when there is none) */
   size_t mapped_bytes;
   size_t clean_bytes;    /* mapped pages known not resident: never used, or purged */

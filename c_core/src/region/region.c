@@ -325,11 +325,9 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
     r->h.free_mask[i / 64] |= bit;
     r->h.dirty_mask[i / 64] |= bit;
   }
+  bool was_full = r->h.free_pages == 0;
   r->h.free_pages += pages;
-  /* To the front: regions with free pages stay before full ones, and the region that freed last
-   * (resident pages: what alloc_span looks for first) is found first, not after a walk over every
-   * region with a few clean pages (thousands of threads each leave a slab here and there). */
-  if (rs->regions != &r->h.link) {
+  if (was_full) { /* has free pages again: to the front */
     rlist_remove(rs, r);
     rlist_push_front(rs, r);
   }
