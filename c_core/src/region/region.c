@@ -376,6 +376,13 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
   return returned;
 }
 
+size_t mtp__region_dirty_bytes(mtpi_rset_t *rs) {
+  size_t pages = 0;
+  for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
+    for (unsigned i = 0; i < WORDS; i++) pages += (size_t)__builtin_popcountll(r->h.dirty_mask[i]);
+  return pages << MTP_PAGE_SHIFT;
+}
+
 bool mtp__region_dirty_left(mtpi_rset_t *rs) {
   for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
     for (unsigned i = 0; i < WORDS; i++)

@@ -75,6 +75,8 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
  * when all its pages are free, else split for good (MADV_NOHUGEPAGE) until it is all free again. Returns the bytes given back (a purge
  * the OS refused is not counted). */
 size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force);
+/* Bytes of free pages that may be resident (what purging everything now would return). */
+size_t mtp__region_dirty_bytes(mtpi_rset_t *rs);
 /* Are free pages left resident (a later purge has work)? */
 bool mtp__region_dirty_left(mtpi_rset_t *rs);
 void mtp__region_unmap_all(mtpi_rset_t *rs);
