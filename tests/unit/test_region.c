@@ -103,11 +103,22 @@ static void test_claims(void) {
   CHECK_EQ_SZ(rs.mapped_bytes, 0);
 }
 
-/* A heap's first span of a class (not growing) claims nothing: threads that allocate a little
- * share regions, however many they are; they take no fresh pages in a region claimed by a
+/* While few regions are claimed, a heap's first span claims one, as a growing heap's does. Past
+ * MTP_REGION_FREE_CLAIMS, a first span (not growing) claims nothing: threads that allocate a
+ * little share regions, however many they are; they take no fresh pages in a region claimed by a
  * growing heap. */
 static void test_first_spans_share(void) {
   mtpi_rset_t rs = {0};
+  mtpi_region_t *f = NULL;
+  mtpi_page_t *sf = mtp__region_alloc_span(&rs, 1, &f, false);
+  CHECK(sf != NULL && f == mtp__region_of((uintptr_t)sf) && f->h.claim == &f && rs.claimed == 1);
+  sf->kind = MTP_PAGE_SLAB;
+  mtp__region_free_span(&rs, sf, 0);
+  mtp__region_unclaim(&f);
+  CHECK(rs.claimed == 0);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK(rs.regions == NULL);
+  rs.claimed = MTP_REGION_FREE_CLAIMS; /* as if that many heaps held a region each */
   mtpi_region_t *h[8] = {0};
   mtpi_page_t *s[8];
   for (unsigned i = 0; i < 8; i++) {
@@ -130,6 +141,7 @@ static void test_first_spans_share(void) {
   mtp__region_free_span(&rs, sg, 0);
   mtp__region_free_span(&rs, sx, 0);
   mtp__region_unclaim(&g);
+  CHECK(rs.claimed == MTP_REGION_FREE_CLAIMS);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK(rs.regions == NULL);
 }

@@ -205,6 +205,7 @@ typedef struct mtpi_rset {
   size_t mapped_bytes;
   size_t clean_bytes;    /* mapped pages known not resident: never used, or purged */
   unsigned fresh_streak; /* growing spans (region.h) taken from never-touched pages in a row */
+  unsigned claimed;      /* regions claimed by a heap (region_hint) */
   void *populate_at;     /* a range to fault in outside the lock (see region.h) */
   size_t populate_len;
   bool populate_dirtied; /* that range left free pages resident: a purge will be due */

@@ -56,10 +56,11 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
- * claims if grow; so threads that grow at once fault pages in different regions. grow: the
- * caller has filled a span of this kind before (a class's second slab or later): only such spans
- * claim regions, and only such spans taken from never-touched pages in a row have the span and a
- * window after it faulted in at once (see mtp__region_take_populate). */
+ * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed; so threads that
+ * grow at once fault pages in different regions. grow: the caller has filled a span of this kind
+ * before (a class's second slab or later): only such spans taken from never-touched pages in a
+ * row have the span and a window after it faulted in at once (see mtp__region_take_populate). */
+#define MTP_REGION_FREE_CLAIMS 16
 mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
                                     bool grow);
 /* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
