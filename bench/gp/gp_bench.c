@@ -160,6 +160,98 @@ static uint64_t t_larson(void) {
   return sum;
 }
 
+/* ---- thread_churn: short-lived threads whose blocks two other threads free ------------------ */
+/* 3,000 threads (times the scale), each allocating 200 blocks (mostly under 3 KiB) and handing them
+ * in one batch to one of 2 freeing threads, then exiting; at most 32 x --threads of them live at
+ * once. A thread-per-request server: what each thread's first allocations cost in memory. */
+#define TC_BLOCKS 200
+#define TC_FREERS 2
+typedef struct tc_batch {
+  struct tc_batch *next;
+  unsigned char *blk[TC_BLOCKS];
+  size_t len[TC_BLOCKS];
+} tc_batch_t;
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  tc_batch_t *head;
+  int done;
+  uint64_t sum;
+} tc_queue_t;
+static tc_queue_t tc_q[TC_FREERS];
+
+static void *tc_worker(void *arg) {
+  long idx = (long)(intptr_t)arg;
+  rng_t r;
+  rng_seed(&r, 9, (uint64_t)idx);
+  tc_batch_t *b = xmalloc(sizeof *b);
+  for (int i = 0; i < TC_BLOCKS; i++) {
+    size_t n = rng_next(&r) % 20 ? rng_small(&r, 16, 3072) : rng_range(&r, 3072, 16384);
+    b->len[i] = n;
+    b->blk[i] = xmalloc(n);
+    stamp(b->blk[i], n, rng_next(&r));
+  }
+  tc_queue_t *q = &tc_q[idx % TC_FREERS];
+  pthread_mutex_lock(&q->mu);
+  b->next = q->head;
+  q->head = b;
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+static void *tc_freer(void *arg) {
+  tc_queue_t *q = arg;
+  uint64_t sum = 0;
+  for (;;) {
+    pthread_mutex_lock(&q->mu);
+    while (!q->head && !q->done) pthread_cond_wait(&q->cv, &q->mu);
+    tc_batch_t *b = q->head;
+    q->head = NULL;
+    pthread_mutex_unlock(&q->mu);
+    if (!b) break;
+    while (b) {
+      tc_batch_t *next = b->next;
+      for (int i = 0; i < TC_BLOCKS; i++) {
+        sum += unstamp(b->blk[i], b->len[i]);
+        free(b->blk[i]);
+      }
+      free(b);
+      b = next;
+    }
+  }
+  q->sum = sum;
+  return NULL;
+}
+
+static uint64_t t_thread_churn(void) {
+  long total = scaled(3000), window = 32L * g_threads;
+  pthread_t freer[TC_FREERS];
+  for (int i = 0; i < TC_FREERS; i++) {
+    pthread_mutex_init(&tc_q[i].mu, NULL);
+    pthread_cond_init(&tc_q[i].cv, NULL);
+    if (pthread_create(&freer[i], NULL, tc_freer, &tc_q[i])) die("pthread_create failed");
+  }
+  pthread_t *t = calloc((size_t)total, sizeof *t);
+  if (!t) die("out of memory");
+  for (long i = 0; i < total; i++) {
+    if (i >= window) pthread_join(t[i - window], NULL);
+    if (pthread_create(&t[i], NULL, tc_worker, (void *)(intptr_t)i)) die("pthread_create failed");
+  }
+  for (long i = total > window ? total - window : 0; i < total; i++) pthread_join(t[i], NULL);
+  free(t);
+  uint64_t sum = 0;
+  for (int i = 0; i < TC_FREERS; i++) {
+    pthread_mutex_lock(&tc_q[i].mu);
+    tc_q[i].done = 1;
+    pthread_cond_signal(&tc_q[i].cv);
+    pthread_mutex_unlock(&tc_q[i].mu);
+    pthread_join(freer[i], NULL);
+    sum += tc_q[i].sum;
+  }
+  return sum;
+}
+
 /* ---- prodcons: producers hand mixed sizes to consumers through bounded queues -------------- */
 #define PC_BATCH 64
 #define PC_DEPTH 16
@@ -528,6 +620,7 @@ static const struct {
   uint64_t (*fn)(void);
 } TESTS[] = {
     {"larson", t_larson},
+    {"thread_churn", t_thread_churn},
     {"prodcons", t_prodcons},
     {"churn_1k_32k", t_churn_1k_32k},
     {"large", t_large},

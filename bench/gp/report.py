@@ -25,6 +25,8 @@ LABELS = {"glibc": "glibc malloc", "mtpool": "mtpool (libmtpool-malloc.so)", "mi
 ABOUT = {
     "larson": "server churn: 1,000 live blocks of 16-1,024 B per thread, 250,000 free+malloc of a "
               "random slot per round, 20 rounds, the live blocks handed to a new thread each round",
+    "thread_churn": "3,000 short-lived threads, at most 32 per --threads live at once, each "
+                    "allocating 200 blocks (95% of 16 B-3 KiB) that one of 2 other threads frees",
     "prodcons": "N producers write blocks of 8 B-4 KiB and pass them in batches of 64 through "
                 "bounded queues to N consumers that read and free them (512,000 per producer)",
     "churn_1k_32k": "400,000 free+malloc per thread of 1-32 KiB blocks in a live set of 256",

@@ -1,7 +1,18 @@
 // The 20 replaceable C++ allocation functions of the drop-in malloc, over mtpool's default pool.
 // new: retries through the new-handler, then throws std::bad_alloc (nothrow forms: nullptr).
 // Sized delete goes to mtp_free_sized, which checks the size against the block's class.
+//
+// The library does not link the C++ runtime: a C program that preloads it would load and
+// relocate libstdc++ (about 1 MiB resident, a share of its start-up time) for nothing. Only the
+// out-of-memory paths need the runtime (the new-handler, throwing std::bad_alloc, catching what a
+// handler throws); they find it at that moment with dlsym. A program that calls operator new has
+// it loaded. So nothing here may need the runtime at link time: no try/catch, no object with a
+// destructor, no throw expression (an exception thrown by a handler only passes through these
+// frames, which needs their unwind tables and no personality routine).
+#include <dlfcn.h>
+
 #include <cstddef>
+#include <cstdlib>
 #include <new>
 
 #include "mtpool/mtpool.h"
@@ -10,60 +21,86 @@
 
 namespace {
 
-// Out of memory: run the new-handler until it gives up (no handler, or it throws).
-[[gnu::noinline]] void *new_retry(std::size_t n, std::size_t align, bool nothrow) {
+using handler_getter = std::new_handler (*)() noexcept;
+using thrower = void (*)();
+using nothrow_new = void *(*)(std::size_t, const std::nothrow_t &) noexcept;
+using nothrow_new_aligned = void *(*)(std::size_t, std::align_val_t,
+                                      const std::nothrow_t &) noexcept;
+
+// The C++ runtime's function `name`, or nullptr. next: the definition after ours (the runtime's
+// own nothrow operator new, where RTLD_DEFAULT would find ours).
+void *runtime_sym(const char *name, bool next) { return dlsym(next ? RTLD_NEXT : RTLD_DEFAULT, name); }
+
+std::new_handler current_handler() {
+  auto get = reinterpret_cast<handler_getter>(runtime_sym("_ZSt15get_new_handlerv", false));
+  return get ? get() : nullptr;
+}
+
+[[noreturn]] void throw_bad_alloc() {
+  auto t = reinterpret_cast<thrower>(runtime_sym("_ZSt17__throw_bad_allocv", false));
+  if (t) t();
+  std::abort();  // no C++ runtime in the process: nobody could catch it anyway
+}
+
+// Out of memory: run the new-handler until it gives up (no handler, or it throws through here).
+[[gnu::noinline]] void *new_retry(std::size_t n, std::size_t align) {
   for (;;) {
     void *p = align ? mtp_alloc_aligned(n, align) : mtp_alloc(n);
     if (p != nullptr) return p;
-    std::new_handler h = std::get_new_handler();
-    if (h == nullptr) {
-      if (nothrow) return nullptr;
-      throw std::bad_alloc();
-    }
-    if (!nothrow) {
-      h();
-      continue;
-    }
-    try {
-      h();
-    } catch (...) {
-      return nullptr;
-    }
+    std::new_handler h = current_handler();
+    if (h == nullptr) throw_bad_alloc();
+    h();
   }
+}
+
+// The nothrow forms, out of memory: the runtime's own nothrow operator new calls the throwing
+// form (ours, through the dynamic linker) and catches what it throws, as the standard describes.
+[[gnu::noinline]] void *new_nothrow_retry(std::size_t n, bool array) noexcept {
+  auto f = reinterpret_cast<nothrow_new>(
+      runtime_sym(array ? "_ZnamRKSt9nothrow_t" : "_ZnwmRKSt9nothrow_t", true));
+  return f ? f(n, std::nothrow_t{}) : nullptr;
+}
+[[gnu::noinline]] void *new_nothrow_aligned_retry(std::size_t n, std::align_val_t a,
+                                                  bool array) noexcept {
+  auto f = reinterpret_cast<nothrow_new_aligned>(runtime_sym(
+      array ? "_ZnamSt11align_val_tRKSt9nothrow_t" : "_ZnwmSt11align_val_tRKSt9nothrow_t", true));
+  return f ? f(n, a, std::nothrow_t{}) : nullptr;
 }
 
 inline void *new_plain(std::size_t n) {
   void *p = mtp_alloc(n);
-  return p != nullptr ? p : new_retry(n, 0, false);
+  return p != nullptr ? p : new_retry(n, 0);
 }
-inline void *new_nothrow(std::size_t n) noexcept {
+inline void *new_nothrow(std::size_t n, bool array) noexcept {
   void *p = mtp_alloc(n);
-  return p != nullptr ? p : new_retry(n, 0, true);
+  return p != nullptr ? p : new_nothrow_retry(n, array);
 }
 inline void *new_aligned(std::size_t n, std::align_val_t a) {
   void *p = mtp_alloc_aligned(n, static_cast<std::size_t>(a));
-  return p != nullptr ? p : new_retry(n, static_cast<std::size_t>(a), false);
+  return p != nullptr ? p : new_retry(n, static_cast<std::size_t>(a));
 }
-inline void *new_aligned_nothrow(std::size_t n, std::align_val_t a) noexcept {
+inline void *new_aligned_nothrow(std::size_t n, std::align_val_t a, bool array) noexcept {
   void *p = mtp_alloc_aligned(n, static_cast<std::size_t>(a));
-  return p != nullptr ? p : new_retry(n, static_cast<std::size_t>(a), true);
+  return p != nullptr ? p : new_nothrow_aligned_retry(n, a, array);
 }
 
 }  // namespace
 
 EXPORT void *operator new(std::size_t n) { return new_plain(n); }
 EXPORT void *operator new[](std::size_t n) { return new_plain(n); }
-EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return new_nothrow(n); }
+EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept {
+  return new_nothrow(n, false);
+}
 EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept {
-  return new_nothrow(n);
+  return new_nothrow(n, true);
 }
 EXPORT void *operator new(std::size_t n, std::align_val_t a) { return new_aligned(n, a); }
 EXPORT void *operator new[](std::size_t n, std::align_val_t a) { return new_aligned(n, a); }
 EXPORT void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {
-  return new_aligned_nothrow(n, a);
+  return new_aligned_nothrow(n, a, false);
 }
 EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {
-  return new_aligned_nothrow(n, a);
+  return new_aligned_nothrow(n, a, true);
 }
 
 EXPORT void operator delete(void *p) noexcept { mtp_free(p); }

@@ -10,7 +10,7 @@ static void test_spans_and_page_map(void) {
   mtpi_page_t *s[3];
   unsigned pages[3] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
-    s[i] = mtp__region_alloc_span(&rs, pages[i], NULL);
+    s[i] = mtp__region_alloc_span(&rs, pages[i], NULL, false);
     CHECK(s[i] != NULL);
     s[i]->kind = MTP_PAGE_SLAB; /* what a slab format would do */
     char *start = mtp__page_start(s[i]);
@@ -44,12 +44,12 @@ static void test_fill_a_region(void) {
   mtpi_page_t *got[MTP_PAGES_PER_REGION];
   unsigned n = 0;
   for (; n < MTP_REGION_USABLE_PAGES; n++) {
-    got[n] = mtp__region_alloc_span(&rs, 1, NULL);
+    got[n] = mtp__region_alloc_span(&rs, 1, NULL, false);
     CHECK(got[n] != NULL);
     got[n]->kind = MTP_PAGE_SLAB;
   }
   CHECK(rs.regions->next == NULL); /* one region held them all */
-  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1, NULL); /* a second region */
+  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1, NULL, false); /* a second region */
   CHECK(more != NULL && mtp__region_of((uintptr_t)more) != mtp__region_of((uintptr_t)got[0]));
   more->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs); /* the full region went to the back */
@@ -61,30 +61,31 @@ static void test_fill_a_region(void) {
 }
 
 /* Heaps growing at once fault pages in regions of their own: each claims one (their page faults
- * would otherwise queue on one page-table lock); resident pages stay anyone's. */
+ * would otherwise queue on one page-table lock); resident pages stay anyone's. (Every span here
+ * is a growing heap's: see test_first_spans_share.) */
 static void test_claims(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *a = NULL, *b = NULL, *c = NULL;
-  mtpi_page_t *sa = mtp__region_alloc_span(&rs, 1, &a);
+  mtpi_page_t *sa = mtp__region_alloc_span(&rs, 1, &a, true);
   CHECK(sa != NULL && a == mtp__region_of((uintptr_t)sa) && a->h.claim == &a);
   sa->kind = MTP_PAGE_SLAB;
-  mtpi_page_t *sb = mtp__region_alloc_span(&rs, 1, &b);
+  mtpi_page_t *sb = mtp__region_alloc_span(&rs, 1, &b, true);
   CHECK(sb != NULL && b == mtp__region_of((uintptr_t)sb) && b != a && b->h.claim == &b);
   sb->kind = MTP_PAGE_SLAB;
-  mtpi_page_t *sa2 = mtp__region_alloc_span(&rs, 1, &a); /* from its own region again */
+  mtpi_page_t *sa2 = mtp__region_alloc_span(&rs, 1, &a, true); /* from its own region again */
   CHECK(sa2 != NULL && mtp__region_of((uintptr_t)sa2) == a);
   sa2->kind = MTP_PAGE_SLAB;
   /* a resident page of a's region goes to a third heap, which claims nothing for it */
   mtp__region_free_span(&rs, sa2, 0);
-  mtpi_page_t *sc = mtp__region_alloc_span(&rs, 1, &c);
+  mtpi_page_t *sc = mtp__region_alloc_span(&rs, 1, &c, true);
   CHECK(sc == sa2 && c == NULL && a->h.claim == &a);
   sc->kind = MTP_PAGE_SLAB;
   /* its next fresh page: not in a's or b's region, but a region it claims */
-  mtpi_page_t *sc2 = mtp__region_alloc_span(&rs, 1, &c);
+  mtpi_page_t *sc2 = mtp__region_alloc_span(&rs, 1, &c, true);
   CHECK(sc2 != NULL && c != NULL && c != a && c != b && c->h.claim == &c);
   sc2->kind = MTP_PAGE_SLAB;
   /* without a hint (checked mode): any free page */
-  mtpi_page_t *sn = mtp__region_alloc_span(&rs, 1, NULL);
+  mtpi_page_t *sn = mtp__region_alloc_span(&rs, 1, NULL, false);
   CHECK(sn != NULL && rs.mapped_bytes == 3 * MTP_REGION_SIZE);
   sn->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs);
@@ -102,9 +103,53 @@ static void test_claims(void) {
   CHECK_EQ_SZ(rs.mapped_bytes, 0);
 }
 
+/* While few regions are claimed, a heap's first span claims one, as a growing heap's does. Past
+ * MTP_REGION_FREE_CLAIMS, a first span (not growing) claims nothing: threads that allocate a
+ * little share regions, however many they are; they take no fresh pages in a region claimed by a
+ * growing heap. */
+static void test_first_spans_share(void) {
+  mtpi_rset_t rs = {0};
+  mtpi_region_t *f = NULL;
+  mtpi_page_t *sf = mtp__region_alloc_span(&rs, 1, &f, false);
+  CHECK(sf != NULL && f == mtp__region_of((uintptr_t)sf) && f->h.claim == &f && rs.claimed == 1);
+  sf->kind = MTP_PAGE_SLAB;
+  mtp__region_free_span(&rs, sf, 0);
+  mtp__region_unclaim(&f);
+  CHECK(rs.claimed == 0);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK(rs.regions == NULL);
+  rs.claimed = MTP_REGION_FREE_CLAIMS; /* as if that many heaps held a region each */
+  mtpi_region_t *h[8] = {0};
+  mtpi_page_t *s[8];
+  for (unsigned i = 0; i < 8; i++) {
+    s[i] = mtp__region_alloc_span(&rs, 1, &h[i], false);
+    CHECK(s[i] != NULL && h[i] == NULL);
+    s[i]->kind = MTP_PAGE_SLAB;
+  }
+  CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE); /* one region for the eight */
+  mtpi_region_t *g = NULL;
+  mtpi_page_t *sg = mtp__region_alloc_span(&rs, 1, &g, true);
+  CHECK(sg != NULL && g == mtp__region_of((uintptr_t)sg) && g->h.claim == &g);
+  sg->kind = MTP_PAGE_SLAB;
+  mtpi_region_t *x = NULL;
+  mtpi_page_t *sx = mtp__region_alloc_span(&rs, 1, &x, false);
+  CHECK(sx != NULL && x == NULL && mtp__region_of((uintptr_t)sx) != g);
+  CHECK(mtp__region_of((uintptr_t)sx)->h.claim == NULL);
+  sx->kind = MTP_PAGE_SLAB;
+  mtp__region_validate(&rs);
+  for (unsigned i = 0; i < 8; i++) mtp__region_free_span(&rs, s[i], 0);
+  mtp__region_free_span(&rs, sg, 0);
+  mtp__region_free_span(&rs, sx, 0);
+  mtp__region_unclaim(&g);
+  CHECK(rs.claimed == MTP_REGION_FREE_CLAIMS);
+  mtp__region_purge(&rs, 0, -1, true);
+  CHECK(rs.regions == NULL);
+}
+
 int main(void) {
   RUN(test_spans_and_page_map);
   RUN(test_fill_a_region);
   RUN(test_claims);
+  RUN(test_first_spans_share);
   DONE();
 }

@@ -36,11 +36,13 @@ void *mtp__meta_alloc(size_t size) {
   MTP_ASSERT(c < META_CLASSES);
   size_t rsize = (size_t)64 << c;
   void *p = NULL;
+  bool fresh = false;
   pthread_mutex_lock(&mtp__meta_lock);
   if (meta_lists[c]) {
     p = meta_lists[c];
     meta_lists[c] = meta_lists[c]->next;
   } else {
+    fresh = true;
     if (meta_bump == NULL || (size_t)(meta_end - meta_bump) < rsize) {
       size_t guard = mtp__os_page_size();
       size_t chunk = rsize > META_CHUNK ? rsize : META_CHUNK;
@@ -59,7 +61,10 @@ void *mtp__meta_alloc(size_t size) {
     meta_bump += rsize;
   }
   pthread_mutex_unlock(&mtp__meta_lock);
-  memset(p, 0, size);
+  /* Memory never handed out is zero from the map: writing it would fault in the pages of a record
+   * that its owner may never touch (a thread record has a slot per pool id, 8 KiB; a thread that
+   * uses the default pool alone touches its first page). */
+  if (!fresh) memset(p, 0, size);
   return p;
 }
 

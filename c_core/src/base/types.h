@@ -204,9 +204,11 @@ _Static_assert(sizeof(mtpi_page_t) == 2 * MTP_CACHE_LINE, "page descriptor is tw
 /* The region layer's state inside a pool: its regions and page accounting. */
 typedef struct mtpi_rset {
   mtpi_node_t *regions;  /* regions with free pages first, full ones at the back */
+  mtpi_node_t *regions_tail; /* the last of them (NULL when there is none) */
   size_t mapped_bytes;
   size_t clean_bytes;    /* mapped pages known not resident: never used, or purged */
-  unsigned fresh_streak; /* spans taken from never-touched pages in a row */
+  unsigned fresh_streak; /* growing spans (region.h) taken from never-touched pages in a row */
+  unsigned claimed;      /* regions claimed by a heap (region_hint) */
   void *populate_at;     /* a range to fault in outside the lock (see region.h) */
   size_t populate_len;
   bool populate_dirtied; /* that range left free pages resident: a purge will be due */
@@ -255,6 +257,9 @@ typedef struct mtpi_member {
   uint64_t allocs;         /* cumulative small allocations (the owner; read racily by stats) */
   uint64_t remote_collected; /* cumulative blocks freed by other threads (the owner) */
   mtpi_region_t *region_hint; /* the region this heap claimed for fresh pages (pool lock) */
+  /* Classes this heap got a slab of from the pool (pool lock): another request for one of them
+   * is growth, which earns pages faulted in ahead (region.h). */
+  uint64_t classes_got[(MTP_NUM_CLASSES + 63) / 64];
 } mtpi_member_t;
 
 /* ------------------------------------------------------------------------------------------------

@@ -46,7 +46,11 @@ static void note_free_pages(mtpi_pool_t *p) {
 void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
   m->region_hint = NULL;
+  memset(m->classes_got, 0, sizeof(m->classes_got));
   mtp__pool_lock(p);
+  /* A second heap in a pool: wakes may come from several threads at once, too many to measure
+   * under the registry lock each time (see wake_inline): the purge thread is worth its keep. */
+  if (p->members != NULL) mtp__purger_eager();
   mtp__list_push(&p->members, &m->link);
   mtp__pool_unlock(p);
 }
@@ -144,7 +148,7 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
 }
 
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL);
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
@@ -178,7 +182,10 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
       return s;
     }
   }
-  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], &m->region_hint);
+  uint64_t bit = (uint64_t)1 << (cls % 64);
+  bool grow = (m->classes_got[cls / 64] & bit) != 0;
+  m->classes_got[cls / 64] |= bit;
+  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], &m->region_hint, grow);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
     mtp__slab_set_heap(s, heap);
@@ -236,6 +243,19 @@ static bool purger_stop, purger_halt;
 static pthread_mutex_t purger_create_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool purger_quit(void) { return purger_stop || purger_halt; }
 static pthread_t purger_tid;                                          /* purger_lock */
+/* Whether wakes start (and signal) the purge thread. 0 at start: a process that holds little to
+ * purge never gets one (a thread costs a clone, a stack and a join at exit, which a short process
+ * notices); the waking threads purge what is due themselves (wake_inline). Set once for good when
+ * what waits to be purged reaches PURGER_START_BYTES, or a second heap joins a pool. Every
+ * increase of what waits (a release, a cached slab, a cached large mapping, pages faulted in
+ * ahead) is followed by a wake from the thread that made it, once it holds no lock, and
+ * wake_inline measures after taking the locks those increases were made under: so no more than
+ * PURGER_START_BYTES ever waits past the delay without a thread. Relaxed: the flag publishes
+ * nothing; a waker that reads a stale 0 purges and measures under the locks as if no thread ran,
+ * which keeps that bound. */
+static mtpi_atomic_int purger_needed;
+#define PURGER_START_BYTES ((size_t)1 << 20)
+void mtp__purger_eager(void) { mtp__int_store_relaxed(&purger_needed, 1); }
 /* 1: nothing scheduled, a wake is needed. seq_cst: the purger's store of 1 before it scans and
  * a freer's CAS 1 -> 0 after it freed must not both miss each other's effects (a store-load
  * pattern across two variables: pages and this flag). */
@@ -321,7 +341,44 @@ static void *purger_main(void *arg) {
   return NULL;
 }
 
+/* Bytes waiting in m's cache. */
+static size_t cache_bytes(mtpi_member_t *m) {
+  cache_lock(m);
+  size_t n = m->cache_bytes;
+  cache_unlock(m);
+  return n;
+}
+
+/* No purge thread yet: purge what is due here and now, then measure what is left to purge in
+ * pools that purge after a delay. Returns whether a thread is needed (it is from now on). Takes
+ * the registry lock only if free: a caller holding it (none should; see pool.h) gets the thread. */
+static bool wake_inline(void) {
+  if (pthread_mutex_trylock(&mtp__registry_lock) != 0) {
+    mtp__purger_eager();
+    return true;
+  }
+  uint64_t now = mtp__os_now_ms();
+  size_t held = 0;
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
+    mtpi_pool_t *p = mtp__pool_from_reg(it);
+    if (p->purge_delay_ms <= 0) continue; /* at once, or never: nothing waits for a thread */
+    mtp__pool_lock(p);
+    purge_pool(p, now, false, NULL);
+    held += mtp__region_dirty_bytes(&p->rs);
+    for (mtpi_node_t *m = p->members; m; m = m->next) held += cache_bytes(member_of(m));
+    (void)mtp__pool_unlock_defer(p); /* this is the wake */
+    pthread_mutex_lock(&mtp__large_lock);
+    held += p->large_cached_bytes;
+    pthread_mutex_unlock(&mtp__large_lock);
+  }
+  pthread_mutex_unlock(&mtp__registry_lock);
+  if (held < PURGER_START_BYTES) return false;
+  mtp__purger_eager();
+  return true;
+}
+
 void mtp__purger_wake(void) {
+  if (!mtp__int_load_relaxed(&purger_needed) && !wake_inline()) return;
   int idle = 1;
   if (!mtp__int_cas_strong_seq_cst(&purger_idle, &idle, 0)) return; /* already scheduled */
   /* No pool, registry or purger lock is held here: pthread_create may allocate (and so re-enter

@@ -53,7 +53,12 @@ void mtp__pool_unlock(mtpi_pool_t *p);
 /* Unlock without waking; returns whether the caller must call mtp__purger_wake (once it holds no
  * lock). */
 bool mtp__pool_unlock_defer(mtpi_pool_t *p);
+/* Pages became free, a slab was cached or a large mapping kept: have them purged after the delay.
+ * Until it is worth a thread (pool.c: PURGER_START_BYTES waiting, or a second heap in a pool)
+ * this purges what is due in the calling thread and starts none. No lock held. */
 void mtp__purger_wake(void);
+/* From now on wakes start and signal the purge thread. Any lock may be held. */
+void mtp__purger_eager(void);
 
 /* ---- heaps as members (pool.c) ---- */
 static inline mtpi_pool_t *mtp__member_pool(mtpi_member_t *m) {

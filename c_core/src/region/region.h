@@ -56,8 +56,13 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
- * claims; so threads that grow at once fault pages in different regions. */
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint);
+ * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed; so threads that
+ * grow at once fault pages in different regions. grow: the caller has filled a span of this kind
+ * before (a class's second slab or later): only such spans taken from never-touched pages in a
+ * row have the span and a window after it faulted in at once (see mtp__region_take_populate). */
+#define MTP_REGION_FREE_CLAIMS 16
+mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
+                                    bool grow);
 /* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
 void mtp__region_unclaim(mtpi_region_t **hint);
 /* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
@@ -71,6 +76,8 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
  * when all its pages are free, else split for good (MADV_NOHUGEPAGE) until it is all free again. Returns the bytes given back (a purge
  * the OS refused is not counted). */
 size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force);
+/* Bytes of free pages that may be resident (what purging everything now would return). */
+size_t mtp__region_dirty_bytes(mtpi_rset_t *rs);
 /* Are free pages left resident (a later purge has work)? */
 bool mtp__region_dirty_left(mtpi_rset_t *rs);
 void mtp__region_unmap_all(mtpi_rset_t *rs);

@@ -1,0 +1,88 @@
+/* The purge thread starts only when it is worth it (pool.c, PURGER_START_BYTES): a process that
+ * allocates and frees a little on one thread gets no helper thread, and its due pages are purged
+ * by its own later allocator calls; once more than that waits, a thread starts and returns it
+ * within the purge delay with no further call. Single-threaded on purpose (a second heap in the
+ * default pool starts the thread at once). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <unistd.h>
+
+#include "mtpool/mtpool.h"
+#include "testhelper.h"
+
+/* Threads of this process (sanitizers may run threads of their own: compare, not count). */
+static int threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+static mtp_stats_t stats(void) {
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(NULL, &st) == 0);
+  return st;
+}
+
+static int base_threads;
+
+/* A short program: blocks of many classes, slabs emptied (cached), a large block freed (its
+ * mapping cached): something to purge, but little. */
+static void test_no_thread_for_a_little(void) {
+  void *p[300]; /* about 450 KiB: under the 1 MiB that earns a thread */
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 300; i++) p[i] = mtp_alloc((size_t)(16 + (i * 37) % 3000));
+    for (int i = 0; i < 300; i++) mtp_free(p[i]);
+  }
+  void *big = mtp_alloc(200 * 1024);
+  CHECK(big != NULL);
+  mtp_free(big);
+  CHECK(threads() == base_threads);
+}
+
+/* Due pages go back at the next allocator call that has news for the purge, made by this thread. */
+static void test_inline_purge(void) {
+  mtp_stats_t st0 = stats();
+  CHECK(st0.bytes_reserved > 0);
+  usleep(400 * 1000); /* past the default delay (250 ms) */
+  void *big = mtp_alloc(100 * 1024);
+  mtp_free(big); /* a cached mapping: a wake, which purges what is due here */
+  mtp_stats_t st = stats();
+  fprintf(stderr, "  returned %llu -> %llu bytes; reserved %zu -> %zu KiB\n",
+          (unsigned long long)st0.bytes_returned, (unsigned long long)st.bytes_returned,
+          st0.bytes_reserved >> 10, st.bytes_reserved >> 10);
+  CHECK(st.bytes_returned > st0.bytes_returned);
+  CHECK(threads() == base_threads);
+}
+
+/* Much to purge: the thread starts, and the pages go back within the delay with no further call
+ * from this thread. */
+static void test_thread_when_worth_it(void) {
+  enum { N = 40000 }; /* 40,000 x 200 B: 8 MiB of slabs */
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = mtp_alloc(200);
+  mtp_stats_t st0 = stats();
+  for (int i = 0; i < N; i++) mtp_free(p[i]);
+  CHECK(threads() > base_threads); /* the purge thread (a sanitizer may have started one too) */
+  mtp_stats_t st = st0;
+  int waited = 0;
+  for (; waited < 3000; waited += 20) { /* the delay is 250 ms; allow a loaded machine 3 s */
+    usleep(20 * 1000);
+    st = stats();
+    if (st.bytes_reserved < st0.bytes_reserved / 4) break;
+  }
+  fprintf(stderr, "  reserved %zu KiB -> %zu KiB after %d ms\n", st0.bytes_reserved >> 10,
+          st.bytes_reserved >> 10, waited);
+  CHECK(st.bytes_reserved < st0.bytes_reserved / 4);
+}
+
+int main(void) {
+  base_threads = threads();
+  RUN(test_no_thread_for_a_little);
+  RUN(test_inline_purge);
+  RUN(test_thread_when_worth_it);
+  DONE();
+}
