@@ -357,6 +357,20 @@ static int c_uaf_first_word(void) {
   return -1;
 }
 
+/* A write into the start of a freed large block whose mapping the pool caches, then an
+ * allocation of the same size (which takes the cached mapping). Checked pools cache nothing: the
+ * write faults there. */
+static int c_uaf_large(void) {
+  size_t n = (size_t)1 << 20;
+  volatile char *p = th_opaque_ptr(A(n));
+  say_ptr((void *)p);
+  mtp_free((void *)p);
+  p[8] ^= 0x5a;
+  void *q = A(n);
+  mtp_free(q);
+  return -1;
+}
+
 /* Nine bytes past the end of a 60 B block: past any 4-byte canary. */
 static int c_overflow_far(void) {
   volatile char *p = th_opaque_ptr(A(60));
@@ -473,6 +487,8 @@ static const rel_case_t cases[] = {
      MTP_ERR_USE_AFTER_FREE, 0, 0, c_uaf_first_word, NULL},
     {"overflow_far", "write p[60..71] of a 60 B block, then free", EXP_PROBE, MTP_ERR_OVERFLOW, 0,
      0, c_overflow_far, NULL},
+    {"uaf_large", "write to a freed 1 MiB (large, cached) block, then allocate 1 MiB",
+     MTP_ERR_USE_AFTER_FREE, EXP_PROBE, 0, 0, c_uaf_large, NULL},
     {"uaf_reuse", "write to a freed 64 B block, then allocate 20000 64 B blocks", EXP_PROBE,
      MTP_ERR_USE_AFTER_FREE, 0, 0, c_uaf_reuse, NULL},
     {"uaf_trim", "write to a freed 64 B block, then flush and trim", EXP_PROBE,

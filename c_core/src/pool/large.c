@@ -33,6 +33,12 @@
 #define CHECK_SLACK 16                     /* checked mode: canary bytes after the requested size */
 #define MAX_CACHED 64                      /* mappings a pool keeps; bounds the best-fit walk */
 #define CACHE_FLOOR ((size_t)32 << 20)     /* bytes a pool may keep whatever it has in use */
+/* A cached mapping's first bytes (from the user's address) hold this pattern while it is cached,
+ * and are verified when the mapping is reused: a write after free into the start of a large block
+ * (headers, first fields) is reported then. Cheap (no system call); writes further in and reads
+ * are not found (mprotect would find them at two system calls and a fault per reuse). */
+#define FREED_BYTES 128
+#define FREED_FILL 0xDF
 
 pthread_mutex_t mtp__large_lock = PTHREAD_MUTEX_INITIALIZER;
 static mtpi_large_t *hash[1u << HASH_BITS];
@@ -156,6 +162,27 @@ static mtpi_large_t *cache_take(mtpi_pool_t *pool, size_t need, size_t alignment
 }
 
 /* A large block of `size` bytes whose mapping has room for `room` bytes more. */
+/* The user's bytes a cached record's pattern covers. */
+static size_t freed_span(const mtpi_large_t *rec) {
+  size_t room = rec->map_size - (size_t)((char *)rec->ptr - (char *)rec->map);
+  return room < FREED_BYTES ? room : FREED_BYTES;
+}
+
+/* A cached record's pattern, intact? (outside the large lock: the record is out of the cache) */
+static bool freed_fill_ok(mtpi_large_t *rec) {
+  const unsigned char *c = rec->ptr;
+  size_t n = freed_span(rec); /* a multiple of 8: ptr and the mapping's end are page-aligned */
+  mtp__track_peek(rec->ptr, n);
+  uint64_t diff = 0;
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t w;
+    memcpy(&w, c + i, 8);
+    diff |= w ^ (0x0101010101010101ull * FREED_FILL);
+  }
+  mtp__track_unpeek(rec->ptr, n);
+  return diff == 0;
+}
+
 static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment) {
   size_t need = size + (pool->check ? CHECK_SLACK : 0);
   if (need < size || need > SIZE_MAX / 2 || room > SIZE_MAX / 2 - need) {
@@ -175,6 +202,9 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
        * stray free of its address is reported as a double free meanwhile. */
       void *old = rec->map, *m = old;
       size_t old_size = rec->map_size, new_size = old_size;
+      if (!freed_fill_ok(rec)) /* the caller gets the mapping all the same */
+        mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
+                   rec->ptr);
       if (how == FIT_GROW) {
         /* unpoisoned first: once moved, its old addresses may be mapped by another thread */
         mtp__track_unmap(old, old_size);
@@ -254,6 +284,7 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
   }
   /* Poisoned for ASan before it is visible in the cache: once the lock is released another thread
    * may take it and unpoison it for its own use. */
+  memset(rec->ptr, FREED_FILL, freed_span(rec));
   mtp__track_poison(rec->map, rec->map_size);
   rec->cached = true;
   rec->free_time_ms = mtp__os_now_ms();
