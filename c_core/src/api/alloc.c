@@ -16,7 +16,8 @@
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
  * chunk map, the owner compare, the bump compare that rejects a block never handed out, a block
- * freed twice in a row, and for a sized free the class compare). Checked mode and bad input go
+ * whose first word is tagged as a free-list link (a possible double free: confirmed on a slow
+ * path), and for a sized free the class compare). Checked mode and bad input go
  * down the slow paths. Layer: api (the top; calls every layer below).
  */
 #include <errno.h>
@@ -134,7 +135,12 @@ MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
    * thread writes there */
   if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
                  (char *)b < mtp__slab_bump_owner(s))) {
-    if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
+    /* a block whose first word looks like a free-list link: maybe a double free (a tail call,
+     * so that the usual case saves no registers) */
+    if (MTP_UNLIKELY(mtp__block_tagged(b)))
+      mtp__heap_free_tagged(s, b);
+    else if (mtp__slab_push_untagged(s, b))
+      mtp__heap_retire_local(s);
   } else {
     mtp__heap_free_other(s, b);
   }

@@ -27,6 +27,9 @@ void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
 void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b);
 /* The owner freed the last block of s (mtp__slab_push_local returned true). */
 void mtp__heap_retire_local(mtpi_page_t *s);
+/* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
+ * against the slab's lists (a double free is reported), else pushed. */
+void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
 void mtp__heap_validate(mtpi_heap_t *h);
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */

@@ -49,6 +49,15 @@ MTP_NOINLINE bool mtp__slab_holds_free(mtpi_page_t *s, mtpi_block_t *b);
  * list. Returns true if s became empty (the caller retires it). The one check it affords is a
  * double free, any (not just the block freed last): a free block's link word is tagged (types.h),
  * and a tagged block is looked for on the slab's lists (reported; returns false). */
+/* The push itself, for a caller that has done the double-free test (the free fast path, which
+ * sends a tagged block to a call of its own so that its untagged case stays a leaf). */
+MTP_INLINE bool mtp__slab_push_untagged(mtpi_page_t *s, mtpi_block_t *b) {
+  mtp__block_set_next(b, s->free);
+  mtp__track_free(b, s->block_size);
+  s->free = b;
+  return MTP_UNLIKELY(--s->used == 0);
+}
+
 MTP_INLINE bool mtp__slab_push_local(mtpi_page_t *s, mtpi_block_t *b) {
   if (MTP_UNLIKELY(mtp__block_tagged(b)) && mtp__slab_holds_free(s, b)) {
     mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
