@@ -203,11 +203,15 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
     mtpi_page_t *s = mtp__slab_of(u);
-    if (s->kind != MTP_PAGE_SLAB ||
-        (size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
-        (const char *)p >= mtp__slab_bump(s))
-      return false;
-    *usable_out = s->checked ? mtp__checked_usable(s, p) : s->block_size;
+    if (s->kind != MTP_PAGE_SLAB) return false;
+    if (s->checked) { /* a checked block's user address may be past its front guard */
+      if (!mtp__checked_lookup(s, p, usable_out)) return false;
+    } else {
+      if ((size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
+          (const char *)p >= mtp__slab_bump(s))
+        return false;
+      *usable_out = s->block_size;
+    }
     if (pool_out) *pool_out = mtp__pool_of_page(s);
     if (slab_out) *slab_out = s;
     return true;

@@ -320,6 +320,13 @@ struct mtp_pool {
   mtpi_page_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
+  /* checked mode's quarantine (heap/checked.c): freed blocks held back from reuse, oldest at
+   * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
+   * checked free) */
+  void **quarantine;
+  uint32_t q_head, q_count;
+  uint32_t q_scan; /* the next quarantined block a checked allocation verifies */
+  size_t q_bytes;
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
   /* large blocks: under the large lock */
