@@ -129,12 +129,12 @@ static void test_remote(void) {
 /* Walks while other threads allocate and free in the pool: no crash, no block reported twice,
  * every block the walking thread holds reported. */
 static mtp_pool_t *g_busy;
-static volatile int g_stop;
+static int g_stop; /* __atomic: the churn threads poll it */
 static void *churn(void *arg) {
   (void)arg;
   void *h[256] = {0};
   unsigned x = 12345;
-  while (!g_stop) {
+  while (!__atomic_load_n(&g_stop, __ATOMIC_RELAXED)) {
     x = x * 1103515245u + 12345u;
     int i = (int)(x >> 16) % 256;
     if (h[i]) {
@@ -170,7 +170,7 @@ static void test_concurrent(void) {
     for (int i = 0; i < 32; i++)
       EXPECT(t->found[i] == 1, "round %d: my block %d visited %d times", round, i, t->found[i]);
   }
-  g_stop = 1;
+  __atomic_store_n(&g_stop, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
   for (int i = 0; i < 32; i++) mtp_free(t->want[i]);
   free(t);

@@ -320,6 +320,15 @@ static int c_overflow_exact(void) {
   return -1;
 }
 
+/* One byte before a 64 B block (checked mode: the front guard). */
+static int c_underflow(void) {
+  volatile char *p = th_opaque_ptr(A(64));
+  say_ptr((void *)p);
+  p[-(long)th_opaque(1)] = 'U';
+  mtp_free((void *)p);
+  return -1;
+}
+
 static int c_overflow_sized(void) {
   volatile char *p = th_opaque_ptr(A(100));
   say_ptr((void *)p);
@@ -479,6 +488,8 @@ static const rel_case_t cases[] = {
      c_overflow_slack, NULL},
     {"overflow_exact", "write p[64] of a 64 B block, then free", EXP_PROBE, MTP_ERR_OVERFLOW, 0, 0,
      c_overflow_exact, NULL},
+    {"underflow", "write p[-1] of a 64 B block, then free", EXP_PROBE, MTP_ERR_OVERFLOW, 0, 0,
+     c_underflow, NULL},
     {"overflow_sized", "write p[100] of a 100 B block, then free_sized", EXP_PROBE,
      MTP_ERR_OVERFLOW, 0, 0, c_overflow_sized, NULL},
     {"overflow_realloc", "write p[40] of a 40 B block, then realloc", EXP_PROBE, EXP_PROBE, 0, 0,
