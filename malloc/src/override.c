@@ -227,6 +227,31 @@ static int info_totals(FILE *out, const mtp_stats_t *st, const char *close) {
                  st->large_bytes, st->bytes_reserved, st->bytes_mapped, close) < 0;
 }
 
+/* A pool name (user text: MTPOOL_NAME or mtp_pool_create) as XML attribute text: the five
+ * markup characters as entities, tab, newline and carriage return as character references, and
+ * the other control characters (which XML 1.0 does not allow even as references) as the text
+ * \xNN. Nonzero if a write failed. */
+static int xml_text(FILE *out, const char *s) {
+  int rc = 0;
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    switch (c) {
+      case '&': rc |= fputs("&amp;", out) < 0; break;
+      case '<': rc |= fputs("&lt;", out) < 0; break;
+      case '>': rc |= fputs("&gt;", out) < 0; break;
+      case '"': rc |= fputs("&quot;", out) < 0; break;
+      case '\'': rc |= fputs("&apos;", out) < 0; break;
+      case '\t': case '\n': case '\r': rc |= fprintf(out, "&#x%X;", c) < 0; break;
+      default:
+        if (c < 0x20 || c == 0x7f)
+          rc |= fprintf(out, "\\x%02x", c) < 0;
+        else
+          rc |= fputc(c, out) == EOF;
+    }
+  }
+  return rc;
+}
+
 EXPORT int malloc_info(int options, FILE *out) {
   if (options != 0 || out == NULL) return EINVAL;
   mtp_stats_t st;
@@ -234,7 +259,9 @@ EXPORT int malloc_info(int options, FILE *out) {
   size_t n = 0;
   int rc = fprintf(out, "<malloc version=\"mtpool-%s\">\n", mtp_version()) < 0;
   while (mtp_stats_next(&cursor, &st) == 0) {
-    rc |= fprintf(out, "<heap nr=\"%zu\" name=\"%s\">\n<sizes>\n", n++, st.name) < 0;
+    rc |= fprintf(out, "<heap nr=\"%zu\" name=\"", n++) < 0;
+    rc |= xml_text(out, st.name);
+    rc |= fprintf(out, "\">\n<sizes>\n") < 0;
     for (unsigned c = 0; c < st.num_classes; c++) {
       const mtp_class_stats_t *cs = &st.classes[c];
       if (cs->slabs == 0) continue;

@@ -320,6 +320,15 @@ static int c_overflow_exact(void) {
   return -1;
 }
 
+/* One byte before a 64 B block (checked mode: the front guard). */
+static int c_underflow(void) {
+  volatile char *p = th_opaque_ptr(A(64));
+  say_ptr((void *)p);
+  p[-(long)th_opaque(1)] = 'U';
+  mtp_free((void *)p);
+  return -1;
+}
+
 static int c_overflow_sized(void) {
   volatile char *p = th_opaque_ptr(A(100));
   say_ptr((void *)p);
@@ -354,6 +363,20 @@ static int c_uaf_first_word(void) {
   static void *held[N];
   for (int i = 0; i < N; i++) held[i] = A(64);
   for (int i = 0; i < N; i++) mtp_free(held[i]);
+  return -1;
+}
+
+/* A write into the start of a freed large block whose mapping the pool caches, then an
+ * allocation of the same size (which takes the cached mapping). Checked pools cache nothing: the
+ * write faults there. */
+static int c_uaf_large(void) {
+  size_t n = (size_t)1 << 20;
+  volatile char *p = th_opaque_ptr(A(n));
+  say_ptr((void *)p);
+  mtp_free((void *)p);
+  p[8] ^= 0x5a;
+  void *q = A(n);
+  mtp_free(q);
   return -1;
 }
 
@@ -409,11 +432,11 @@ typedef struct rel_case {
 static const rel_case_t cases[] = {
     {"df_last", "double free, the block most recently freed on the thread", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_last, NULL},
-    {"df_older", "double free of 64 B block after another block was freed", EXP_PROBE,
+    {"df_older", "double free of 64 B block after another block was freed", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_older, NULL},
-    {"df_older16", "double free of 16 B block after another block was freed", EXP_PROBE,
+    {"df_older16", "double free of 16 B block after another block was freed", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_older16, NULL},
-    {"df_older8", "double free of 8 B block after another block was freed", EXP_PROBE,
+    {"df_older8", "double free of 8 B block after another block was freed", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_older8, NULL},
     {"df_sized", "double mtp_free_sized with the right size", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_sized, NULL},
@@ -421,7 +444,7 @@ static const rel_case_t cases[] = {
      MTP_ERR_INVALID_POINTER, 0, c_df_large, NULL},
     {"df_remote_same", "remote thread frees the owner's block twice in a row", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_remote_same, NULL},
-    {"df_remote_other", "remote thread frees, then the owner frees again", EXP_PROBE,
+    {"df_remote_other", "remote thread frees, then the owner frees again", MTP_ERR_DOUBLE_FREE,
      MTP_ERR_DOUBLE_FREE, 0, 0, c_df_remote_other, NULL},
     {"foreign_stack", "mtp_free of a stack address", MTP_ERR_INVALID_POINTER,
      MTP_ERR_INVALID_POINTER, 0, 0, c_foreign_stack, NULL},
@@ -465,6 +488,8 @@ static const rel_case_t cases[] = {
      c_overflow_slack, NULL},
     {"overflow_exact", "write p[64] of a 64 B block, then free", EXP_PROBE, MTP_ERR_OVERFLOW, 0, 0,
      c_overflow_exact, NULL},
+    {"underflow", "write p[-1] of a 64 B block, then free", EXP_PROBE, MTP_ERR_OVERFLOW, 0, 0,
+     c_underflow, NULL},
     {"overflow_sized", "write p[100] of a 100 B block, then free_sized", EXP_PROBE,
      MTP_ERR_OVERFLOW, 0, 0, c_overflow_sized, NULL},
     {"overflow_realloc", "write p[40] of a 40 B block, then realloc", EXP_PROBE, EXP_PROBE, 0, 0,
@@ -473,6 +498,8 @@ static const rel_case_t cases[] = {
      MTP_ERR_USE_AFTER_FREE, 0, 0, c_uaf_first_word, NULL},
     {"overflow_far", "write p[60..71] of a 60 B block, then free", EXP_PROBE, MTP_ERR_OVERFLOW, 0,
      0, c_overflow_far, NULL},
+    {"uaf_large", "write to a freed 1 MiB (large, cached) block, then allocate 1 MiB",
+     MTP_ERR_USE_AFTER_FREE, EXP_PROBE, 0, 0, c_uaf_large, NULL},
     {"uaf_reuse", "write to a freed 64 B block, then allocate 20000 64 B blocks", EXP_PROBE,
      MTP_ERR_USE_AFTER_FREE, 0, 0, c_uaf_reuse, NULL},
     {"uaf_trim", "write to a freed 64 B block, then flush and trim", EXP_PROBE,

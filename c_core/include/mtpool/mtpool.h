@@ -238,6 +238,26 @@ MTP_API int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) MTP_NOEXCEPT;
  * the limits were applied; out->name points to the pool's name. Returns 0, or EINVAL (out NULL). */
 MTP_API int mtp_pool_options(mtp_pool_t *pool, mtp_options_t *out) MTP_NOEXCEPT;
 
+/* ------------------------------------------------------------------------------------------------
+ * Heap walk
+ * ----------------------------------------------------------------------------------------------*/
+
+/* The class a heap walk gives a large block (one mapped for itself, above 32 KiB). */
+#define MTP_VISIT_LARGE 0xffffffffu
+
+/* Called for each live block: block is its start (what the allocation returned), usable its
+ * usable size (checked pools: the size requested), cls its size class (an index into
+ * mtp_stats_t.classes) or MTP_VISIT_LARGE. Return 0 to go on, nonzero to stop the walk. */
+typedef int (*mtp_visit_fn)(void *arg, void *block, size_t usable, unsigned cls);
+
+/* Visit every block of pool (NULL: the default pool) handed out and not freed; the blocks stay
+ * the caller's to free, after the walk. Returns 0, the first nonzero value visit returned, or
+ * EINVAL (visit NULL). Thread-safe: other threads may allocate and free meanwhile. visit runs
+ * under the pool's locks: it must not call mtpool (allocate, free, stats) for any pool. Exact for
+ * blocks no other thread allocates or frees during the call; a block another thread allocates
+ * or frees meanwhile may be reported either way, and never one that was not handed out. */
+MTP_API int mtp_pool_visit(mtp_pool_t *pool, mtp_visit_fn visit, void *arg) MTP_NOEXCEPT;
+
 /* Install the misuse handler for the whole process (fn NULL: the default, which prints the fault
  * and the pointer on stderr and aborts). arg is passed back to fn. */
 MTP_API void mtp_set_error_handler(mtp_error_fn fn, void *arg) MTP_NOEXCEPT;

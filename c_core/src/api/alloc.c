@@ -16,7 +16,8 @@
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
  * chunk map, the owner compare, the bump compare that rejects a block never handed out, a block
- * freed twice in a row, and for a sized free the class compare). Checked mode and bad input go
+ * whose first word is tagged as a free-list link (a possible double free: confirmed on a slow
+ * path), and for a sized free the class compare). Checked mode and bad input go
  * down the slow paths. Layer: api (the top; calls every layer below).
  */
 #include <errno.h>
@@ -134,7 +135,12 @@ MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
    * thread writes there */
   if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
                  (char *)b < mtp__slab_bump_owner(s))) {
-    if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
+    /* a block whose first word looks like a free-list link: maybe a double free (a tail call,
+     * so that the usual case saves no registers) */
+    if (MTP_UNLIKELY(mtp__block_tagged(b)))
+      mtp__heap_free_tagged(s, b);
+    else if (mtp__slab_push_untagged(s, b))
+      mtp__heap_retire_local(s);
   } else {
     mtp__heap_free_other(s, b);
   }
@@ -197,11 +203,15 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
     mtpi_page_t *s = mtp__slab_of(u);
-    if (s->kind != MTP_PAGE_SLAB ||
-        (size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
-        (const char *)p >= mtp__slab_bump(s))
-      return false;
-    *usable_out = s->checked ? mtp__checked_usable(s, p) : s->block_size;
+    if (s->kind != MTP_PAGE_SLAB) return false;
+    if (s->checked) { /* a checked block's user address may be past its front guard */
+      if (!mtp__checked_lookup(s, p, usable_out)) return false;
+    } else {
+      if ((size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
+          (const char *)p >= mtp__slab_bump(s))
+        return false;
+      *usable_out = s->block_size;
+    }
     if (pool_out) *pool_out = mtp__pool_of_page(s);
     if (slab_out) *slab_out = s;
     return true;

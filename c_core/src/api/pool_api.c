@@ -15,6 +15,7 @@ void mtp_pool_destroy(mtp_pool_t *pool_) {
   mtpi_pool_t *p = mtp__pool_in(pool_);
   if (p == NULL || mtp__is_default(p)) return;
   mtp__checked_scan(p);
+  mtp__checked_forget(p);
   mtp__pool_free(p);
 }
 

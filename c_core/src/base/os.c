@@ -5,11 +5,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "atomic.h"
+#include "track.h"
+
+#include <sys/auxv.h>
+#include <sys/random.h>
 
 static mtpi_atomic_long inject_after = -1; /* -1: no injection */
 
@@ -140,4 +145,37 @@ void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
     return NULL;
   }
   return q;
+}
+
+/* ---- the free-list link key (see track.h, types.h) ---- */
+uintptr_t mtp__link_key;
+uint16_t mtp__link_tag;
+
+void mtp__link_key_init(void) {
+  if (__atomic_load_n(&mtp__link_key, __ATOMIC_ACQUIRE) != 0 &&
+      __atomic_load_n(&mtp__link_tag, __ATOMIC_RELAXED) != 0)
+    return;
+  uint64_t k = 0;
+  /* GRND_NONBLOCK: early in boot the pool may not be ready; fall back to the kernel's AT_RANDOM
+   * bytes, mixed with addresses (ASLR) and the clock */
+  if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
+    uint64_t a = 0;
+    if (r != NULL) memcpy(&a, r + 8, sizeof(a));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    k = a ^ (uint64_t)(uintptr_t)&k ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec;
+    k ^= k >> 31;
+    k *= 0x9e3779b97f4a7c15ull;
+    k ^= k >> 29;
+  }
+  if ((k >> MTP_VA_BITS) == 0) k |= (uint64_t)0x5a3c << MTP_VA_BITS; /* top half nonzero */
+  uintptr_t zero = 0;
+  /* acq_rel CAS on the plain word (GCC builtins): whoever wins, every later reader gets that
+   * value (the acquire above pairs with it); readers that reach a slab are ordered after its
+   * format (pool lock or release/acquire), which is after this */
+  (void)__atomic_compare_exchange_n(&mtp__link_key, &zero, (uintptr_t)k, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+  /* every racing initialiser stores the winner's tag: the same value */
+  __atomic_store_n(&mtp__link_tag, (uint16_t)(mtp__link_key >> MTP_VA_BITS), __ATOMIC_RELAXED);
 }

@@ -53,24 +53,81 @@
 #define mtp__track_free(p, n) ((void)(p), (void)(n))
 #endif
 
+/* Free-list links are stored encoded: link word = next ^ mtp__link_key, on the owner's list and
+ * on the remote list alike (see "Free-list links" at mtpi_block_t in types.h). The key is set once
+ * per process, before the first slab is formatted (mtp__link_key_init), and never changes: a
+ * plain relaxed read of it is its final value for every thread that reached a slab (it learnt of
+ * the slab through the pool lock or a release/acquire pair after the key was set). */
+#pragma GCC visibility push(hidden)
+/* A plain word, so that the compiler may keep it in a register across a pop or a push (an atomic
+ * load could not be merged). Written once, by a CAS in mtp__link_key_init, before any slab exists;
+ * read plainly after that (ordered by the pool lock or a release/acquire pair, as above). */
+extern uintptr_t mtp__link_key;
+/* The key's top 16 bits (a free block's link word's top half), kept apart so that the free fast
+ * path tests a block in one 16-bit compare. Written with the key. */
+extern uint16_t mtp__link_tag;
+/* Set the key if no thread did yet (any thread; a CAS makes the first value the only one). */
+void mtp__link_key_init(void);
+#pragma GCC visibility pop
+MTP_INLINE uintptr_t mtp__link_key_get(void) { return mtp__link_key; }
+
 MTP_NO_ASAN MTP_NEXT_FN mtpi_block_t *mtp__block_next(mtpi_block_t *b) {
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_DEFINED(b, sizeof(*b));
-  mtpi_block_t *n = b->next;
+  uintptr_t n = b->link;
   VALGRIND_MAKE_MEM_NOACCESS(b, sizeof(*b));
-  return n;
 #else
-  return b->next;
+  uintptr_t n = b->link;
 #endif
+  return (mtpi_block_t *)(n ^ mtp__link_key_get());
 }
 
 MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtpi_block_t *b, mtpi_block_t *n) {
+  uintptr_t w = (uintptr_t)n ^ mtp__link_key_get();
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_UNDEFINED(b, sizeof(*b));
-  b->next = n;
+  b->link = w;
   VALGRIND_MAKE_MEM_NOACCESS(b, sizeof(*b));
 #else
-  b->next = n;
+  b->link = w;
+#endif
+}
+
+/* The pop's read: b's next (decoded), and b's link word overwritten with 0 (a value that never
+ * passes mtp__block_tagged), so that a block handed out carries no stale link that would send
+ * its free to the slow path's walk. */
+MTP_NO_ASAN MTP_NEXT_FN mtpi_block_t *mtp__block_take(mtpi_block_t *b) {
+#if defined(MTP_TRACK_VALGRIND)
+  VALGRIND_MAKE_MEM_DEFINED(b, sizeof(*b));
+  uintptr_t n = b->link;
+  b->link = 0;
+  VALGRIND_MAKE_MEM_NOACCESS(b, sizeof(*b));
+#else
+  uintptr_t n = b->link;
+  b->link = 0;
+#endif
+  return (mtpi_block_t *)(n ^ mtp__link_key_get());
+}
+
+/* Whether b's first word could be a link: it decodes to an address below 2^48 (NULL included).
+ * Every free block passes; a block in use passes only if the user stored a word whose top 16
+ * bits equal the key's (random, nonzero): about 1 in 65536 for arbitrary data, never for 0, small
+ * integers, pointers or text. A pass is a hint only: the caller confirms by looking for b on its
+ * slab's lists. Valgrind builds answer false (memcheck reports double frees itself, and the word
+ * of a block in use may be undefined). */
+MTP_NO_ASAN MTP_NEXT_FN bool mtp__block_tagged(mtpi_block_t *b) {
+#if defined(MTP_TRACK_VALGRIND)
+  (void)b;
+  return false;
+#else
+  /* the link word's top 16 bits, read alone (may_alias: the word may hold user data) */
+  typedef uint16_t __attribute__((may_alias)) half_t;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const half_t *top = (const half_t *)((const char *)b + 6);
+#else
+  const half_t *top = (const half_t *)b;
+#endif
+  return *top == mtp__link_tag;
 #endif
 }
 

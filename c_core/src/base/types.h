@@ -82,8 +82,18 @@
 /* ------------------------------------------------------------------------------------------------
  * Blocks and page descriptors
  * ----------------------------------------------------------------------------------------------*/
+/* Free-list links. A free block's first word holds its successor ENCODED: next ^ mtp__link_key
+ * (base/track.h), NULL included, on the owner's list (page `free`) and on the remote list
+ * (thread_free) alike; heads are stored plain. The key is random per process, its top 16 bits
+ * nonzero, so every link word has a nonzero top half (user addresses are below 2^48): a word
+ * overwritten by a stray write or an overflow decodes to an address outside the user range (a
+ * fault when followed, never a chosen address) unless the writer knows the key. Invariant: a
+ * free block's link word decodes below 2^48, so a free whose block does not (mtp__block_tagged)
+ * is not a double free; one whose block does is confirmed by looking for it on its slab's lists
+ * (slab.c). A block handed out has its link word zeroed (mtp__block_take). Only
+ * mtp__block_next / set_next / take / tagged touch the word. */
 typedef struct mtpi_block {
-  struct mtpi_block *next;
+  uintptr_t link;
 } mtpi_block_t;
 
 typedef struct mtpi_heap mtpi_heap_t;
@@ -322,6 +332,13 @@ struct mtp_pool {
   mtpi_page_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
+  /* checked mode's quarantine (heap/checked.c): freed blocks held back from reuse, oldest at
+   * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
+   * checked free) */
+  void **quarantine;
+  uint32_t q_head, q_count;
+  uint32_t q_scan; /* the next quarantined block a checked allocation verifies */
+  size_t q_bytes;
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
   /* large blocks: under the large lock */

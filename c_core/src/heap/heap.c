@@ -228,6 +228,8 @@ static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
   if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
 }
 
+MTP_NOINLINE void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b) { free_local(s, b); }
+
 /* The remote free's fast case: d, b's own page descriptor, is the first page of a slab that
  * another thread owns (the owner word holds a token with no mark). Only an owned, unchecked slab's
  * first descriptor holds a token: TAIL and FREE descriptors, detached and checked slabs hold 0

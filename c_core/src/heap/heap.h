@@ -27,6 +27,9 @@ void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
 void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b);
 /* The owner freed the last block of s (mtp__slab_push_local returned true). */
 void mtp__heap_retire_local(mtpi_page_t *s);
+/* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
+ * against the slab's lists (a double free is reported), else pushed. */
+void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
 void mtp__heap_validate(mtpi_heap_t *h);
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
@@ -34,7 +37,13 @@ void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's list
 /* ---- checked.c ---- */
 void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 void mtp__checked_free(mtpi_page_t *s, void *p, size_t size, bool sized);
-size_t mtp__checked_usable(mtpi_page_t *s, const void *p);
+/* Whether p is the user's address of a live block of checked slab s; *usable: its requested
+ * size. Takes the pool lock. */
+bool mtp__checked_lookup(mtpi_page_t *s, const void *p, size_t *usable);
+/* Pool lock held, b the start of a live block of checked slab s: the user's address and size. */
+void *mtp__checked_user(mtpi_page_t *s, void *b, size_t *usable);
+/* Pool destroy: drop the quarantine's record (its blocks go with the pool). */
+void mtp__checked_forget(mtpi_pool_t *pool);
 /* Report the first freed block of a checked pool that was written to (trim, destroy). */
 void mtp__checked_scan(mtpi_pool_t *pool);
 

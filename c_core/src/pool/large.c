@@ -47,6 +47,13 @@
 #define CHECK_SLACK 16                     /* checked mode: canary bytes after the requested size */
 #define MAX_CACHED 64                      /* mappings a pool keeps; bounds the best-fit walk */
 #define CACHE_FLOOR ((size_t)32 << 20)     /* bytes a pool may keep whatever it has in use */
+/* A cached range's first bytes hold this pattern while it is cached (every record entering the
+ * cache gets it: a freed block, a split tail, a remainder), and are verified when the range is
+ * handed out again: a write after free into the start of a large block (headers, first fields) is
+ * reported then. Cheap (no system call); writes further in and reads are not found (mprotect would
+ * find them at two system calls and a fault per reuse). */
+#define FREED_BYTES 128
+#define FREED_FILL 0xDF
 
 pthread_mutex_t mtp__large_lock = PTHREAD_MUTEX_INITIALIZER;
 static mtpi_large_t *hash[1u << HASH_BITS];
@@ -139,9 +146,39 @@ static size_t unmap_list(mtpi_large_t *list) {
 
 static uint64_t origin_count; /* large lock: the last origin handed out (types.h) */
 
+/* The user's bytes a cached record's pattern covers. */
+static size_t freed_span(const mtpi_large_t *rec) {
+  size_t room = rec->map_size - (size_t)((char *)rec->ptr - (char *)rec->map);
+  return room < FREED_BYTES ? room : FREED_BYTES;
+}
+
+/* Write the pattern (the range may be poisoned already: peeked around the write). */
+static void freed_fill(mtpi_large_t *rec) {
+  size_t n = freed_span(rec);
+  mtp__track_peek(rec->ptr, n);
+  memset(rec->ptr, FREED_FILL, n);
+  mtp__track_unpeek(rec->ptr, n);
+}
+
+/* A cached record's pattern, intact? (outside the large lock: the record is out of the cache) */
+static bool freed_fill_ok(mtpi_large_t *rec) {
+  const unsigned char *c = rec->ptr;
+  size_t n = freed_span(rec); /* a multiple of 8: ptr and the range's end are page-aligned */
+  mtp__track_peek(rec->ptr, n);
+  uint64_t diff = 0;
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t w;
+    memcpy(&w, c + i, 8);
+    diff |= w ^ (0x0101010101010101ull * FREED_FILL);
+  }
+  mtp__track_unpeek(rec->ptr, n);
+  return diff == 0;
+}
+
 /* Large lock held: put rec (out of the cache, in the hash) into the cache as it is: no bound
  * check, no merge (its bytes were counted there before it was taken out for a split). */
 static void cache_link(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t free_time_ms) {
+  freed_fill(rec);
   rec->cached = true;
   rec->free_time_ms = free_time_ms;
   mtp__list_push(&pool->large_cache, &rec->link);
@@ -213,7 +250,12 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
     mtpi_large_t *rec = cache_take(pool, map_size, alignment, room > 0);
     if (rec != NULL) make_live(pool, rec, size);
     pthread_mutex_unlock(&mtp__large_lock);
-    if (rec != NULL) return hand_out(rec);
+    if (rec != NULL) {
+      if (!freed_fill_ok(rec)) /* the caller gets the range all the same */
+        mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
+                   rec->ptr);
+      return hand_out(rec);
+    }
   }
   mtpi_large_t *rec = mtp__meta_alloc(sizeof(*rec));
   if (rec == NULL) return NULL;

@@ -9,6 +9,7 @@
 
 void mtp__slab_format(mtpi_page_t *s, unsigned cls, bool checked) {
   MTP_ASSERT(cls < MTP_NUM_CLASSES && s->pages == mtp__class_pages[cls]);
+  mtp__link_key_init(); /* before the first link is written (every pool's slabs pass here) */
   uint32_t bs = mtp__class_size[cls];
   size_t span = (size_t)s->pages << MTP_PAGE_SHIFT;
   char *start = mtp__page_start(s);
@@ -51,6 +52,24 @@ bool mtp__slab_carve(mtpi_page_t *s, size_t os_page) {
   /* relaxed: only the owner writes bump; a remote reader is ordered by the hand-out (types.h) */
   mtp__slab_set_bump(s, b);
   return true;
+}
+
+static bool list_holds(mtpi_page_t *s, mtpi_block_t *list, mtpi_block_t *b) {
+  char *start = mtp__page_start(s), *bump = mtp__slab_bump(s);
+  for (uint32_t n = 0; list != NULL && n <= s->capacity; n++) {
+    if (list == b) return true;
+    /* a link that leaves the slab was overwritten: stop there (the list is not followed further) */
+    if ((char *)list < start || (char *)list >= bump) return false;
+    list = mtp__block_next(list);
+  }
+  return false;
+}
+
+MTP_NOINLINE bool mtp__slab_holds_free(mtpi_page_t *s, mtpi_block_t *b) {
+  if (list_holds(s, s->free, b)) return true;
+  /* acquire: the pushers' links (written before their release CAS) are visible; only the owner
+   * (the caller) takes blocks off this list, so the blocks walked stay on it meanwhile */
+  return list_holds(s, MTP_TF_PTR(mtp__load_acquire(&s->thread_free)), b);
 }
 
 bool mtp__slab_extend(mtpi_page_t *s) { return mtp__slab_carve(s, mtp__os_page_size()); }
