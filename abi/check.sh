@@ -3,8 +3,8 @@
 # the lists kept here (abi/symbols.txt, abi/layout.txt), so that an accidental ABI change fails CI.
 #   bash abi/check.sh path/to/libmtpool.so.0.x.y            compare (exit 1 on any difference)
 #   bash abi/check.sh path/to/libmtpool.so.0.x.y --update   rewrite the lists after a deliberate
-#                                                           change (then follow the README's
-#                                                           "ABI and versioning" policy)
+#                                                           change (then follow the "ABI and
+#                                                           versioning" policy, docs/porting.md)
 # The layout is that of an LP64 Linux target (x86_64, aarch64): run it there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,7 +40,7 @@ done
 if [ "$bad" != 0 ]; then
   cat <<MSG
 abi: the ABI of $lib changed. If that is deliberate, update the lists and commit them with the
-change, then bump the version as the README's "ABI and versioning" section says (a removed or
+change, then bump the version as docs/porting.md, "ABI and versioning", says (a removed or
 changed symbol or structure layout: a new major version and soname; an added symbol: a new minor):
     bash abi/check.sh $lib --update
 MSG

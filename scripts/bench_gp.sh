@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # General-purpose allocation workloads (bench/gp/gp_bench.c) on every allocator, each preloaded
 # into the same driver: glibc (none), mtpool (libmtpool-malloc.so), mimalloc, jemalloc, tcmalloc
-# and the tbbmalloc proxy. README section "General-purpose workloads".
+# and the tbbmalloc proxy. Described in docs/benchmarks.md, "General-purpose workloads".
 #
 #   bash scripts/bench_gp.sh           full run: every workload at 1, 2, 4 and 8 threads, 3
 #                                      repetitions, every allocator; bench/results/gp.{md,jsonl,png}

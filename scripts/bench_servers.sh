@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The reference servers on every allocator: OpenLDAP slapd (back-mdb) and Squid (memory cache),
 # each LD_PRELOADed with glibc (none), mtpool (libmtpool-malloc.so), mimalloc, jemalloc, tcmalloc
-# and the tbbmalloc proxy. README section "Reference servers".
+# and the tbbmalloc proxy. Described in docs/servers.md.
 #
 #   bash scripts/bench_servers.sh            full run: 100,000 entries / objects, 3 repetitions,
 #                                            every allocator; writes bench/results/servers.{md,png}

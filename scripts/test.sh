@@ -1,36 +1,65 @@
 #!/usr/bin/env bash
-# Build and run every test of mtpool, the way CI does (.ci/run calls this script).
-#   1. release build, -Wall -Wextra -Werror, benchmarks included (smoke-run): every ctest test
-#   2. shared library: only mtp_* symbols are exported; the C tests pass against it
-#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: every ctest test
-#   4. ThreadSanitizer build: every ctest test
-#   5. clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
-#   6. Valgrind-annotated build: memcheck tests (ctest -L valgrind)
-#   7. install, then build a consumer project with find_package(mtpool) and pkg-config
-#   8. malloc: the drop-in malloc (libmtpool-malloc.so) in the release build: its tests (ctest -L
-#      malloc), an installed consumer of mtpool::malloc, and real programs (python3, perl, sort,
-#      sqlite3, xz, git, g++) preloaded, compared with glibc's malloc
-#   9. clang build, -Werror: every ctest test
-#  10. aarch64: cross-built, the unit, API, multi-threaded, stress, fork and C++ tests under qemu-user
-#  11. Debian packages (cpack): installed with apt-get, the consumer project built against /usr,
-#      `man -w 3 mtpool`, then the packages removed again
-#  12. ABI: exported symbols, soname and public structure layout equal abi/'s lists
-#  13. servers: scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
-#      every figure measured, the allocator mapped in each server, every server stopped
-#  14. gp: scripts/bench_gp.sh --quick (every general-purpose workload, small scale, glibc and
-#      mtpool): every process ran on the malloc it was given, every checksum equals glibc's
-# Installs what a fresh Debian 12 machine lacks when run as root. Set MTPOOL_TEST_STAGES to run a
-# subset, e.g. MTPOOL_TEST_STAGES="release asan".
+# Build and run mtpool's tests. Two tiers:
+#   bash scripts/test.sh          quick tier (the default; a contributor's check before a commit):
+#                                 stages "release malloc asan"
+#   bash scripts/test.sh --full   every stage below (what CI runs: .ci/run)
+# MTPOOL_TEST_STAGES="release asan" runs the stages named instead of a tier's.
+#
+# Stages, in the order of the full tier:
+#   release   release build (RelWithDebInfo), -Wall -Wextra -Werror: every ctest test (unit, API,
+#             multi-threaded, reliability, C++, examples, layer check), benchmarks not built
+#   bench     the same build with the benchmarks (-DMTPOOL_BUILD_BENCH=ON): a smoke run of each
+#   malloc    the drop-in malloc (libmtpool-malloc.so) in the release build: its tests (ctest -L
+#             malloc), an installed consumer of mtpool::malloc, and real programs (python3, perl,
+#             sort, sqlite3, xz, git, g++) preloaded, compared with glibc's malloc
+#   shared    shared library: only mtp_* symbols are exported; the C tests pass against it
+#   asan      AddressSanitizer + UndefinedBehaviorSanitizer build, MTPOOL_DEBUG=2: every ctest test
+#   tsan      ThreadSanitizer build: every ctest test
+#   fuzz      clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
+#   valgrind  Valgrind-annotated build: memcheck tests (ctest -L valgrind)
+#   consumer  install, then build a consumer project with find_package(mtpool) and pkg-config
+#   clang     clang build, -Werror: every ctest test
+#   buildtypes  build only, -Werror: the build types and MTPOOL_DEBUG levels the other stages do
+#             not build, with gcc and clang (see the stage for the list); nothing is run
+#   aarch64   cross-built, the unit, API, multi-threaded, stress, fork and C++ tests under qemu-user
+#   package   Debian packages (cpack): installed with apt-get, the consumer project built against
+#             /usr, `man -w 3 mtpool`, then the packages removed again
+#   abi       exported symbols, soname and public structure layout equal abi/'s lists
+#   servers   scripts/bench_servers.sh --quick (slapd and Squid, glibc and mtpool, small sizes):
+#             every figure measured, the allocator mapped in each server, every server stopped
+#   gp        scripts/bench_gp.sh --quick (every general-purpose workload, small scale, glibc and
+#             mtpool): every process ran on the malloc it was given, every checksum equals glibc's
+# Installs what a fresh Debian 12 machine lacks when run as root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-stages=${MTPOOL_TEST_STAGES:-"release malloc shared asan tsan fuzz valgrind consumer clang aarch64 package abi servers gp"}
+quick_stages="release malloc asan"
+full_stages="release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 package abi servers gp"
+tier=quick
+for arg in "$@"; do
+  case $arg in
+    --full) tier=full ;;
+    --quick) tier=quick ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0 [--quick|--full]  (MTPOOL_TEST_STAGES=\"stage ...\" for a subset)" >&2; exit 2 ;;
+  esac
+done
+if [ $tier = full ]; then stages=$full_stages; else stages=$quick_stages; fi
+stages=${MTPOOL_TEST_STAGES:-$stages}
 jobs=${MTPOOL_JOBS:-$(nproc)}
 
 # shellcheck source=lib/install_deps.sh
 . "$here/scripts/lib/install_deps.sh"
+# The quick tier skips the packages only full-tier stages use (libFuzzer's runtime, Google
+# Benchmark, the aarch64 cross compilers and qemu, the Debian packaging tools), so that a fresh
+# machine's first quick run does not fetch them; any stage list given by hand gets them all.
+packages=$MTPOOL_TEST_PACKAGES
+if [ -z "${MTPOOL_TEST_STAGES:-}" ] && [ $tier = quick ]; then
+  full_only=" libclang-rt-14-dev libbenchmark-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user dpkg-dev file man-db "
+  packages=$(for p in $MTPOOL_TEST_PACKAGES; do case $full_only in *" $p "*) ;; *) echo "$p" ;; esac; done)
+fi
 # shellcheck disable=SC2086 # the list is words
-install_deps required $MTPOOL_TEST_PACKAGES || exit 1
+install_deps required $packages || exit 1
 
 passed=0
 failed=0
@@ -73,8 +102,13 @@ for stage in $stages; do
   echo "== stage $stage"
   case $stage in
     release)
-      configure_build "$out/release" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
+      configure_build "$out/release" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=OFF
       run_ctest release "$out/release"
+      ;;
+    bench)
+      # the release build again, with the benchmarks: only their targets are compiled anew
+      configure_build "$out/release" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
+      run_ctest bench "$out/release" -L bench-smoke
       ;;
     shared)
       configure_build "$out/shared" "mtpool test_api test_mt test_trim" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -117,11 +151,12 @@ for stage in $stages; do
       ;;
     malloc)
       # A plain release build (sanitizers replace malloc themselves): the release stage's build
-      # directory and flags, so that after that stage nothing is rebuilt.
+      # directory and flags, so that after that stage nothing is rebuilt (the benchmarks stay as
+      # the last stage left them).
       configure_build "$out/release" "mtpool_malloc mtpool_cxx_tests test_malloc_contract \
         test_malloc_contract_linked test_malloc_new test_malloc_new_linked test_malloc_threads \
         test_malloc_fork test_malloc_dlopen test_malloc_env mtp_dl_alloc valgrind_target \
-        valgrind_target_linked" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=ON
+        valgrind_target_linked" -DCMAKE_BUILD_TYPE=RelWithDebInfo
       run_ctest malloc "$out/release" -L malloc
       rm -rf "$out/malloc-prefix" "$out/malloc-consumer"
       cmake --install "$out/release" --prefix "$out/malloc-prefix" >/dev/null
@@ -147,6 +182,30 @@ for stage in $stages; do
       # Valgrind (3.19) cannot read clang 14's DWARF 5 debug information: the Valgrind runs of the
       # drop-in malloc stay with the gcc builds (stages malloc and valgrind).
       run_ctest clang "$out/clang" -E '^(cxx_headers_|malloc_valgrind_)'
+      ;;
+    buildtypes)
+      # Every build type and MTPOOL_DEBUG level builds with -Werror under both compilers: warnings
+      # differ with the optimiser (-O0 vs -O2 vs -Os) and with the core's assert levels. Build
+      # only (library, drop-in malloc, tests, examples, tools), nothing run. The other stages
+      # already build gcc RelWithDebInfo at levels 0 (release) and 2 (asan) and clang
+      # RelWithDebInfo at 0 (clang); these fill in the rest so that each compiler sees each build
+      # type and each level at least once.
+      for combo in gcc:Debug:2 gcc:Release:1 gcc:MinSizeRel:0 clang:Debug:1 clang:Release:2 clang:MinSizeRel:0; do
+        IFS=: read -r cc type level <<<"$combo"
+        if [ "$cc" = gcc ]; then cxx=g++; else cxx=clang++; fi
+        dir="$out/bt-$cc-$type-$level"
+        b0=$(date +%s)
+        if CC=$cc CXX=$cxx cmake -S "$here" -B "$dir" -DMTPOOL_WERROR=ON -DCMAKE_BUILD_TYPE="$type" \
+             -DMTPOOL_DEBUG="$level" -DMTPOOL_BUILD_BENCH=OFF >/dev/null &&
+           cmake --build "$dir" -j"$jobs" >"$dir/build.log" 2>&1; then
+          passed=$((passed + 1))
+          summary+=("buildtypes: $cc $type MTPOOL_DEBUG=$level built ($(( $(date +%s) - b0 )) s)")
+        else
+          grep -E "warning|error|Error" "$dir/build.log" | head -40 || true
+          failed=$((failed + 1))
+          summary+=("buildtypes: $cc $type MTPOOL_DEBUG=$level FAILED (log: $dir/build.log)")
+        fi
+      done
       ;;
     aarch64)
       # GoogleTest cross-built from Debian's sources (libgtest-dev), once, for the C++ suite.

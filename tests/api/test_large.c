@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "mtpool/mtpool.h"
-#include "os.h" /* mtp__os_inject_failure */
+#include "base/os.h" /* mtp__os_inject_failure */
 #include "testhelper.h"
 
 #define MiB ((size_t)1 << 20)

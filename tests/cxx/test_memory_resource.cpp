@@ -115,10 +115,14 @@ TEST(MemoryResourceTest, AlignmentAndErrors) {
   EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max() / 2), std::bad_alloc);
   EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max() / 2, 64),
                std::bad_alloc);
-  // Sizes whose rounding up would wrap around, and alignments that are not powers of two.
-  EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max(), 8), std::bad_alloc);
-  EXPECT_THROW((void)res.allocate(std::numeric_limits<std::size_t>::max() - 3, 16),
-               std::bad_alloc);
+  // Sizes whose rounding up would wrap around, and alignments that are not powers of two. The
+  // sizes are read through a volatile too: where gcc inlines the resource (-Os), it sees a
+  // constant above PTRDIFF_MAX reach an alloc_size function and rejects it at compile time
+  // (-Walloc-size-larger-than), and the run-time check is what is tested here.
+  volatile std::size_t wrapping_size[] = {std::numeric_limits<std::size_t>::max(),
+                                          std::numeric_limits<std::size_t>::max() - 3};
+  EXPECT_THROW((void)res.allocate(wrapping_size[0], 8), std::bad_alloc);
+  EXPECT_THROW((void)res.allocate(wrapping_size[1], 16), std::bad_alloc);
   // Read through a volatile: clang rejects a constant non-power-of-two alignment at compile time
   // (-Wnon-power-of-two-alignment), and the run-time check is what is tested here.
   volatile std::size_t bad_align[] = {3, 0, 48};

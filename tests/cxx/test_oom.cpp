@@ -30,7 +30,7 @@
 
 #ifdef MTP_TEST_OS_INJECT
 extern "C" {
-#include "os.h"  // mtp__os_inject_failure
+#include "base/os.h"  // mtp__os_inject_failure
 }
 #endif
 

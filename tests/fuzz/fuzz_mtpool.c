@@ -26,7 +26,7 @@
 
 #include <mtpool/mtpool.h>
 
-#include "os.h" /* mtp__os_inject_failure */
+#include "base/os.h" /* mtp__os_inject_failure */
 
 /* The model's byte loops (patterns, zero checks, overlap) are not what the fuzzer should learn
  * from, and tracing their comparisons made it several times slower. */

@@ -21,7 +21,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include "os.h" /* mtp__os_inject_failure */
+#include "base/os.h" /* mtp__os_inject_failure */
 #include <mtpool/mtpool.h>
 
 #include "testhelper.h"

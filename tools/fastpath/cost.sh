@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per allocate+free pair (callgrind), mtpool beside glibc malloc, in one run: the
-# README's "Fast-path cost" table, then the C++ adapter against the C calls it makes, then the
-# cross-thread pair (one thread allocates, another frees, the first reuses the blocks).
+# "Fast-path cost" table (bench/results/notes.md), then the C++ adapter against the C calls it
+# makes, then the cross-thread pair (one thread allocates, another frees, the first reuses the
+# blocks).
 # Per-pair cost = (Ir(2N) - Ir(N)) / N, so start-up and warm-up cancel out; for the C table the
 # loop's own cost (the same loop allocating nothing) is subtracted.
 # usage: bash tools/fastpath/cost.sh [build-dir]   (a Release or RelWithDebInfo build; default build/)
