@@ -326,7 +326,7 @@ static int c_overflow_exact(void) {
 /* One byte before a 64 B block (checked mode: the front guard). */
 static int c_underflow(void) {
   volatile char *p = th_opaque_ptr(A(64));
-  say_ptr((void *)p);
+  say_addr((uintptr_t)(void *)p);
   p[-(long)th_opaque(1)] = 'U';
   mtp_free((void *)p);
   return -1;
@@ -375,7 +375,7 @@ static int c_uaf_first_word(void) {
 static int c_uaf_large(void) {
   size_t n = (size_t)1 << 20;
   volatile char *p = th_opaque_ptr(A(n));
-  say_ptr((void *)p);
+  say_addr((uintptr_t)(void *)p);
   mtp_free((void *)p);
   p[8] ^= 0x5a;
   void *q = A(n);
