@@ -5,6 +5,9 @@
  * default pool starts the thread at once). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "mtpool/mtpool.h"
@@ -28,6 +31,29 @@ static mtp_stats_t stats(void) {
 }
 
 static int base_threads;
+static char base_tids[4096]; /* " tid tid ... " of the threads there before any test */
+
+static void list_tids(char *out, size_t n) {
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  size_t at = (size_t)snprintf(out, n, " ");
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.' && at < n) at += (size_t)snprintf(out + at, n - at, "%s ", e->d_name);
+  closedir(d);
+}
+
+/* The signals a thread blocks (/proc's SigBlk), or 0 if it is gone. */
+static unsigned long long sigblk(const char *tid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/task/%s/status", tid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  unsigned long long m = 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "SigBlk:", 7) == 0) m = strtoull(line + 7, NULL, 16);
+  fclose(f);
+  return m;
+}
 
 /* A short program: blocks of many classes, slabs emptied (cached), a large block freed (its
  * mapping cached): something to purge, but little. */
@@ -77,10 +103,27 @@ static void test_thread_when_worth_it(void) {
   fprintf(stderr, "  reserved %zu KiB -> %zu KiB after %d ms\n", st0.bytes_reserved >> 10,
           st.bytes_reserved >> 10, waited);
   CHECK(st.bytes_reserved < st0.bytes_reserved / 4);
+  /* The purge thread blocks every signal (pool.c): SIGCHLD or SIGINT sent to the process reach
+   * the program's threads, which may be waiting for them. */
+  char now[4096];
+  list_tids(now, sizeof now);
+  int ours = 0;
+  for (char *tok = strtok(now, " "); tok != NULL; tok = strtok(NULL, " ")) {
+    char key[32];
+    snprintf(key, sizeof key, " %s ", tok);
+    if (strstr(base_tids, key) != NULL) continue; /* the main thread, or a sanitizer's */
+    unsigned long long m = sigblk(tok);
+    fprintf(stderr, "  new thread %s blocks %llx\n", tok, m);
+    CHECK((m >> (SIGCHLD - 1)) & 1);
+    CHECK((m >> (SIGINT - 1)) & 1);
+    ours++;
+  }
+  CHECK(ours >= 1);
 }
 
 int main(void) {
   base_threads = threads();
+  list_tids(base_tids, sizeof base_tids);
   RUN(test_no_thread_for_a_little);
   RUN(test_inline_purge);
   RUN(test_thread_when_worth_it);

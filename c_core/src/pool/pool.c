@@ -6,6 +6,7 @@
 #include "pool.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -392,8 +393,15 @@ void mtp__purger_wake(void) {
   pthread_mutex_unlock(&purger_lock);
   bool ok = true;
   if (start) {
+    /* The thread is created with every signal blocked (it inherits the mask): a process-directed
+     * signal (SIGCHLD, SIGINT, a timer) must go to the program's own threads, which may wait for
+     * it with sigwait or sigsuspend, never to ours. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t tid;
     ok = pthread_create(&tid, NULL, purger_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_lock(&purger_lock);
     if (ok) {
       purger_tid = tid;
