@@ -29,12 +29,15 @@
 #             every figure measured, the allocator mapped in each server, every server stopped
 #   gp        scripts/bench_gp.sh --quick (every general-purpose workload, small scale, glibc and
 #             mtpool): every process ran on the malloc it was given, every checksum equals glibc's
+#   programs  scripts/bench_programs.sh --quick (ten Debian programs and two start-ups, small inputs,
+#             glibc and mtpool): every process ran on the malloc it was given, every output equals
+#             glibc's
 # Installs what a fresh Debian 12 machine lacks when run as root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
 quick_stages="release malloc asan"
-full_stages="release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 package abi servers gp"
+full_stages="release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 package abi servers gp programs"
 tier=quick
 for arg in "$@"; do
   case $arg in
@@ -304,6 +307,16 @@ for stage in $stages; do
         passed=$((passed + 1)); summary+=("gp: quick run passed ($out/gp/quick/gp.md)")
       else
         failed=$((failed + 1)); summary+=("gp: quick run FAILED")
+      fi
+      ;;
+    programs)
+      # fails when a process fails, an output differs from glibc's, or a process did not run on
+      # the malloc it was given (bench/programs/report.py)
+      if MTPOOL_PROGRAMS_BUILD="$out/programs" bash "$here/scripts/bench_programs.sh" --quick \
+           --out "$out/programs/quick"; then
+        passed=$((passed + 1)); summary+=("programs: quick run passed ($out/programs/quick/programs.md)")
+      else
+        failed=$((failed + 1)); summary+=("programs: quick run FAILED")
       fi
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
