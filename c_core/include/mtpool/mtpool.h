@@ -112,8 +112,8 @@ typedef struct mtp_stats {
 #define MTP_ERR_DOUBLE_FREE 4001     /* the block was already free */
 #define MTP_ERR_INVALID_POINTER 4002 /* not a block mtpool handed out, or an interior pointer */
 #define MTP_ERR_WRONG_SIZE 4003      /* mtp_free_sized given a size the block was not made for */
-#define MTP_ERR_OVERFLOW 4004        /* (checked mode) bytes past the block's end were written */
-#define MTP_ERR_USE_AFTER_FREE 4005  /* (checked mode) a freed block was written to */
+#define MTP_ERR_OVERFLOW 4004        /* (checked mode) bytes past the end or before the start written */
+#define MTP_ERR_USE_AFTER_FREE 4005  /* a freed block was written to (checked mode; default: large) */
 
 /* Error handler: err is an MTP_ERR_* code, message says what happened, ptr is the pointer at fault.
  * Called on the thread that found the fault. If it returns, the operation is abandoned (the block
