@@ -56,9 +56,7 @@ static mtpi_thread_t *thread_get(void) {
   if (MTP_UNLIKELY(tl_exited)) return t; /* released after each allocation instead */
   /* After unload or exit began (KEY_DELETED) the record is served unregistered. */
   if (key_state == KEY_OK && pthread_setspecific(thread_key, t) != 0) {
-    mtp_thread_flush(); /* heaps a re-entrant allocation made */
-    mtp__tl_thread = &mtp__thread_empty;
-    mtp__meta_free(t, sizeof(*t));
+    thread_release(); /* and heaps a re-entrant allocation made */
     errno = ENOMEM;
     return NULL;
   }
@@ -137,8 +135,9 @@ static bool worth_collecting(mtpi_page_t *s) {
   return MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) >= MTP_USED(s) / 2;
 }
 
-/* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages. */
-static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls) {
+/* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages.
+ * *wake: the caller wakes the purger once its heap is consistent (mtp__pool_slab_get). */
+static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
   mtpi_page_t *s = mtp__cache_take(&h->m, mtp__class_pages[cls]);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
@@ -147,7 +146,7 @@ static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
     return s;
   }
   uint32_t n;
-  s = mtp__pool_slab_get(pool, cls, h, &h->m, token(h), &n);
+  s = mtp__pool_slab_get(pool, cls, h, &h->m, token(h), &n, wake);
   h->m.remote_collected += n;
   return s;
 }
@@ -160,6 +159,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   }
   MTP_VALIDATE(mtp__heap_validate_class(h, cls)); /* the lists this slow path walks */
   mtpi_page_t *s;
+  bool wake = false; /* owed to the purger: made at the end, with the heap consistent */
   for (;;) {
     s = h->current[cls];
     if (s != &mtp__slab_empty) {
@@ -188,8 +188,9 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
        * walking it to its tail to append. */
       if (s->free == NULL) h->m.remote_collected += mtp__slab_collect(s);
     } else {
-      s = slab_acquire(pool, h, cls);
+      s = slab_acquire(pool, h, cls, &wake);
       if (s == NULL) {
+        if (wake) mtp__purger_wake();
         errno = ENOMEM;
         return NULL;
       }
@@ -201,6 +202,8 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   MTP_ASSERT(b != NULL);
   h->m.allocs++;
   if (MTP_UNLIKELY(tl_exited)) thread_release(); /* the slab goes back, detached, at once */
+  /* Last: the wake may allocate (see thread_release), which may even release this thread. */
+  if (MTP_UNLIKELY(wake)) mtp__purger_wake();
   return b;
 }
 
@@ -341,7 +344,18 @@ MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   errno = e;
 }
 
-/* ---- thread exit and flush ---- */
+/* ---- thread exit and flush ----
+ *
+ * The purger wake (mtp__purger_wake) may create the purge thread, and pthread_create allocates
+ * (the new thread's TLS), which re-enters mtpool on this thread when mtpool is the process's
+ * malloc. So a wake comes last, once nothing of this thread's is half done: its heap consistent
+ * (mtp__heap_alloc_class), and its thread record, when being released, already unbound from the
+ * thread (mtp__tl_thread) and freed. A thread that has exited (tl_exited) releases its record
+ * after each allocation, and so does the nested one: had the outer release still held the
+ * record, it would free it a second time. (It did: the record then sat twice on the internal
+ * free list, two threads were handed the same record, and a live record's first word became a
+ * free-list link; a heap's first word is &mtp__slab_empty, which was then handed out as a thread
+ * record and overwritten, so every thread's first allocation popped garbage.) */
 
 /* Pool lock held. Give one owned slab back: release it if empty, else detach it for adoption. */
 static void abandon_slab(mtpi_pool_t *pool, mtpi_heap_t *h, mtpi_page_t *s, uint64_t now) {
@@ -389,9 +403,9 @@ static bool heap_abandon(mtpi_heap_t *h) {
   return mtp__pool_unlock_defer(pool);
 }
 
-void mtp_thread_flush(void) {
-  mtpi_thread_t *t = mtp__tl_thread;
-  if (t == &mtp__thread_empty) return;
+/* Give every heap of t (this thread's record) back. Returns whether the purger is due a wake,
+ * which the caller makes last (see above). */
+static bool thread_abandon(mtpi_thread_t *t) {
   mtp__tl_default_heap = &mtp__heap_empty;
   bool wake = false;
   pthread_mutex_lock(&mtp__registry_lock);
@@ -403,14 +417,25 @@ void mtp_thread_flush(void) {
     mtp__meta_free(h, sizeof(*h));
   }
   pthread_mutex_unlock(&mtp__registry_lock);
-  if (wake) mtp__purger_wake(); /* no lock held: it may create the purge thread */
+  return wake;
 }
 
+void mtp_thread_flush(void) {
+  mtpi_thread_t *t = mtp__tl_thread;
+  if (t == &mtp__thread_empty) return;
+  /* no lock held; an allocation inside the wake binds a fresh heap to t, as any later one would */
+  if (thread_abandon(t)) mtp__purger_wake();
+}
+
+/* Invariant: a thread record is freed once, by the release that unbinds it, and nothing may
+ * allocate between reading mtp__tl_thread here and that unbinding. */
 static void thread_release(void) {
   mtpi_thread_t *t = mtp__tl_thread;
-  mtp_thread_flush();
+  if (t == &mtp__thread_empty) return;
+  bool wake = thread_abandon(t);
   mtp__tl_thread = &mtp__thread_empty;
   mtp__meta_free(t, sizeof(*t));
+  if (wake) mtp__purger_wake(); /* a nested allocation makes, and releases, a record of its own */
 }
 
 static void thread_exit(void *arg) {

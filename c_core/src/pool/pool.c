@@ -169,9 +169,10 @@ void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s) {
 }
 
 mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
-                                uintptr_t owner_token, uint32_t *collected) {
+                                uintptr_t owner_token, uint32_t *collected, bool *wake) {
   mtpi_page_t *s;
   *collected = 0;
+  *wake = false;
   mtp__pool_lock(p);
   MTP_VALIDATE(mtp__region_validate(&p->rs));
   mtpi_node_t *n;
@@ -179,7 +180,7 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
     s = page_of(n);
     partial_remove_locked(p, s);
     if (mtp__slab_adopt(s, heap, owner_token, true, collected)) {
-      mtp__pool_unlock(p);
+      *wake = mtp__pool_unlock_defer(p);
       return s;
     }
   }
@@ -195,7 +196,7 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
-  mtp__pool_unlock(p);
+  *wake = mtp__pool_unlock_defer(p); /* the caller wakes (see pool.h) */
   /* A failed fault-in costs only the faults it would have saved. */
   if (fault_len) (void)mtp__os_populate(fault_at, fault_len);
   if (s == NULL) errno = ENOMEM;

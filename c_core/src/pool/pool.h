@@ -84,9 +84,12 @@ size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_
 /* A slab of class cls for the heap (tag heap, membership m, token owner_token): adopted from the
  * pool's list of detached slabs (then *collected is the count of blocks freed into it meanwhile)
  * or freshly formatted from free pages, preferably in the region m claimed (region.h). NULL +
- * ENOMEM. Takes the pool lock. */
+ * ENOMEM. Takes the pool lock. It never wakes the purger itself: *wake says that the caller must
+ * (mtp__purger_wake), once its heap is consistent again. The wake may create the purge thread,
+ * and pthread_create allocates, which re-enters mtpool on this thread when mtpool is malloc: a
+ * nested allocation in the middle of the caller's slow path would find the slab half installed. */
 mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
-                                uintptr_t owner_token, uint32_t *collected);
+                                uintptr_t owner_token, uint32_t *collected, bool *wake);
 /* Adopt a detached slab that may be on the pool's list (the heap that detached it wants it back
  * on a free). false if another thread owns it now. Takes the pool lock. */
 bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
