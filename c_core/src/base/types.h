@@ -165,8 +165,10 @@ enum {
  *   thread_free                any thread, by CAS (release on push, so the pushed block's `next`
  *                              is visible to the thread that takes the list with acquire).
  *   detached_used              the detaching thread, before the CAS that clears OWNED (release);
- *                              read by remote freers after their CAS (acquire): constant while
- *                              DETACHED.
+ *                              read by remote freers once they see the word detached (acquire)
+ *                              and BEFORE their push (a slab with a block in use is never
+ *                              released; after the push it may be, and re-formatted): constant
+ *                              while DETACHED.
  *   link, list                 the owner (heap lists, cache) or the pool lock (pool list).
  *   cls, block_size, end,      set when the slab is formatted, before it is handed to any thread;
  *   size_min, size_span,       constant until it is released.

@@ -97,24 +97,31 @@ typedef enum {
 /* Any thread: push b onto a slab that the caller does not own. Inline: it is the whole of the
  * remote free's fast case (heap.c). */
 MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b) {
-  uintptr_t w = mtp__load_relaxed(&s->thread_free); /* the CAS re-reads with acquire */
+  /* acquire (and the failed CAS's acquire): a word seen without OWNED makes the detaching
+   * thread's write of detached_used visible (its CAS, release, heads the release sequence) */
+  uintptr_t w = mtp__load_acquire(&s->thread_free);
   uintptr_t nw;
+  uint32_t used = 0;
   do {
     if (MTP_UNLIKELY(MTP_TF_PTR(w) == b)) { /* the block another free just pushed */
       mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block already on its slab's remote list)", b);
       return MTP_REMOTE_REJECTED;
     }
+    /* Read detached_used BEFORE the push, while b still counts as in use: a detached slab with a
+     * block in use is never released, and detached_used is constant while it stays detached
+     * (the CAS below succeeds only if the word is still w). After the push it is no longer ours
+     * to read: another free may empty the slab at once, and its thread release it and someone
+     * re-format it (slab_format writes detached_used) while we would still be reading. */
+    if (!(w & MTP_TF_OWNED)) used = s->detached_used;
     mtp__block_set_next(b, MTP_TF_PTR(w));
     /* count + 1 never carries into the flags: a slab holds fewer than 2^14 blocks (size_class.c) */
     nw = ((w & ~MTP_TF_PTR_MASK) + MTP_TF_COUNT_ONE) | (uintptr_t)b;
-    /* release: b's next (written above) is visible to whoever takes the list with acquire;
-     * acquire: if the value we replace has no OWNED, the detaching thread's CAS (release) heads
-     * the release sequence we read from, so its write of detached_used is visible below */
+    /* release: b's next (written above) is visible to whoever takes the list with acquire */
   } while (!mtp__cas_weak_acq_rel(&s->thread_free, &w, nw));
   if (MTP_LIKELY(nw & MTP_TF_OWNED)) return MTP_REMOTE_OWNED;
   /* Detached: this free may make the slab worth adopting (a quarter back), or empty. Exactly one
    * free sees each count, so exactly one thread reports each threshold. */
-  uint32_t used = s->detached_used, count = MTP_TF_COUNT(nw);
+  uint32_t count = MTP_TF_COUNT(nw);
   return (count == used || count == (used + 3) / 4) ? MTP_REMOTE_NEWS : MTP_REMOTE_DETACHED;
 }
 
