@@ -233,48 +233,41 @@ static void *quarantine_drop_slab(mtpi_pool_t *pool, mtpi_page_t *s) {
   return bad;
 }
 
-/* Pool lock held: the first quarantined block that was written to, taken out of the ring (so it
- * is reported once and never reused), or NULL. */
+/* Pool lock held: verify the quarantined block at ring index i (from the head). A block that was
+ * written to is taken out of the ring (so it is reported once and never reused) and its user
+ * address returned; NULL if its pattern is intact. */
+static void *quarantine_check(mtpi_pool_t *pool, uint32_t i) {
+  char *b = pool->quarantine[(pool->q_head + i) % MTP_QUARANTINE_SLOTS];
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
+  mtp__track_peek(b, s->block_size);
+  bool ok = pattern_from_ok(s, b, 0);
+  mtp__track_unpeek(b, s->block_size);
+  if (ok) return NULL;
+  /* close the gap: later entries move one slot towards the head */
+  for (uint32_t j = i; j + 1 < pool->q_count; j++)
+    pool->quarantine[(pool->q_head + j) % MTP_QUARANTINE_SLOTS] =
+        pool->quarantine[(pool->q_head + j + 1) % MTP_QUARANTINE_SLOTS];
+  pool->q_count--;
+  pool->q_bytes -= s->block_size;
+  return user_of(s, b);
+}
+
+/* Pool lock held: the first quarantined block that was written to (out of the ring), or NULL. */
 static void *quarantine_find_corrupt(mtpi_pool_t *pool) {
   for (uint32_t i = 0; i < pool->q_count; i++) {
-    uint32_t at = (pool->q_head + i) % MTP_QUARANTINE_SLOTS;
-    char *b = pool->quarantine[at];
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
-    mtp__track_peek(b, s->block_size);
-    bool ok = pattern_from_ok(s, b, 0);
-    mtp__track_unpeek(b, s->block_size);
-    if (ok) continue;
-    /* close the gap: later entries move one slot towards the head */
-    for (uint32_t j = i; j + 1 < pool->q_count; j++)
-      pool->quarantine[(pool->q_head + j) % MTP_QUARANTINE_SLOTS] =
-          pool->quarantine[(pool->q_head + j + 1) % MTP_QUARANTINE_SLOTS];
-    pool->q_count--;
-    pool->q_bytes -= s->block_size;
-    return user_of(s, b);
+    void *u = quarantine_check(pool, i);
+    if (u != NULL) return u;
   }
   return NULL;
 }
 
 /* Pool lock held, at each checked allocation: verify the next two quarantined blocks (a cursor
  * goes round the ring), so that a write into a quarantined block is reported within a few
- * allocations even if no free pushes it out. Returns such a block (taken out of the ring, never
- * reused), or NULL. */
+ * allocations even if no free pushes it out. Returns such a block (out of the ring), or NULL. */
 static void *quarantine_step(mtpi_pool_t *pool) {
   for (int k = 0; k < 2 && pool->q_count > 0; k++) {
-    uint32_t i = pool->q_scan++ % pool->q_count;
-    uint32_t at = (pool->q_head + i) % MTP_QUARANTINE_SLOTS;
-    char *b = pool->quarantine[at];
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
-    mtp__track_peek(b, s->block_size);
-    bool ok = pattern_from_ok(s, b, 0);
-    mtp__track_unpeek(b, s->block_size);
-    if (ok) continue;
-    for (uint32_t j = i; j + 1 < pool->q_count; j++)
-      pool->quarantine[(pool->q_head + j) % MTP_QUARANTINE_SLOTS] =
-          pool->quarantine[(pool->q_head + j + 1) % MTP_QUARANTINE_SLOTS];
-    pool->q_count--;
-    pool->q_bytes -= s->block_size;
-    return user_of(s, b);
+    void *u = quarantine_check(pool, pool->q_scan++ % pool->q_count);
+    if (u != NULL) return u;
   }
   return NULL;
 }
