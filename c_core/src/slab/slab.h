@@ -45,12 +45,9 @@ MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_page_t *s) {
  * capacity). The confirmation of a tagged block (see mtpi_block_t): never a false report. */
 MTP_NOINLINE bool mtp__slab_holds_free(mtpi_page_t *s, mtpi_block_t *b);
 
-/* Owner: push b (a block of s that was handed out: the caller checked b < bump) onto the free
- * list. Returns true if s became empty (the caller retires it). The one check it affords is a
- * double free, any (not just the block freed last): a free block's link word is tagged (types.h),
- * and a tagged block is looked for on the slab's lists (reported; returns false). */
-/* The push itself, for a caller that has done the double-free test (the free fast path, which
- * sends a tagged block to a call of its own so that its untagged case stays a leaf). */
+/* Owner: the push itself, for a caller that has done the double-free test (the free fast path,
+ * which sends a tagged block to a call of its own so that its untagged case stays a leaf). Returns
+ * true if s became empty (the caller retires it). */
 MTP_INLINE bool mtp__slab_push_untagged(mtpi_page_t *s, mtpi_block_t *b) {
   mtp__block_set_next(b, s->free);
   mtp__track_free(b, s->block_size);
@@ -58,15 +55,16 @@ MTP_INLINE bool mtp__slab_push_untagged(mtpi_page_t *s, mtpi_block_t *b) {
   return MTP_UNLIKELY(--s->used == 0);
 }
 
+/* Owner: push b (a block of s that was handed out: the caller checked b < bump) onto the free
+ * list. Returns true if s became empty (the caller retires it). The one check it affords is a
+ * double free, any (not just the block freed last): a free block's link word is tagged (types.h),
+ * and a tagged block is looked for on the slab's lists (reported; returns false). */
 MTP_INLINE bool mtp__slab_push_local(mtpi_page_t *s, mtpi_block_t *b) {
   if (MTP_UNLIKELY(mtp__block_tagged(b)) && mtp__slab_holds_free(s, b)) {
     mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
     return false;
   }
-  mtp__block_set_next(b, s->free);
-  mtp__track_free(b, s->block_size);
-  s->free = b;
-  return MTP_UNLIKELY(--s->used == 0);
+  return mtp__slab_push_untagged(s, b);
 }
 
 /* Owner: carve fresh blocks from the bump area into s->free, up to the end of the OS page
