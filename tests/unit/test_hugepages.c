@@ -112,6 +112,9 @@ static void test_advice(void) {
 /* Share of purged bytes that RSS must drop by: a sanitizer's own bookkeeping (allocator, shadow)
  * moves RSS by tens of kB meanwhile. */
 #define PCT (TH_SANITIZED ? 90 : 99)
+/* The kernel's RSS counters are per-CPU and read approximately (/proc/self/statm may lag by a
+ * batch of pages per CPU); a loaded CI machine showed a drop one 64 KiB page short. */
+#define RSS_SLACK ((size_t)256 << 10)
 
 /* Write a span's memory as a slab would (a fresh span is poisoned for ASan until formatted). */
 static void touch(mtpi_page_t *s, int byte) {
@@ -165,7 +168,7 @@ static void test_huge_purge(void) {
   printf("  split: VmFlags:%s", flags);
   CHECK(has_flag(flags, "nh") && !has_flag(flags, "hg"));
   size_t freed = (size_t)(MTP_REGION_USABLE_PAGES - 2) * MTP_PAGE_SIZE;
-  EXPECT(rss0 > rss1 && rss0 - rss1 >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
+  EXPECT(rss0 > rss1 && rss0 - rss1 + RSS_SLACK >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
   CHECK(((const char *)mtp__page_start(got[keep]))[5] == 1); /* the page in use kept its data */
   /* split, it is purged page by page */
   mtpi_page_t *again = mtp__region_alloc_span(&rs, 1, NULL, false);
