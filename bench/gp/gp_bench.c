@@ -25,6 +25,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "../tools/malloc_name.h"
+
 static double g_scale = 1.0;
 static int g_threads = 1;
 
@@ -632,20 +634,6 @@ static const struct {
     {"medium", t_medium},
 };
 
-/* Which malloc this process runs on, by a symbol only that library defines. */
-static const char *malloc_in_use(void) {
-  static const struct {
-    const char *sym, *name;
-  } SYMS[] = {{"mtp_version", "mtpool"},
-              {"mi_version", "mimalloc"},
-              {"mallctl", "jemalloc"},
-              {"tc_version", "tcmalloc"},
-              {"scalable_malloc", "tbbmalloc"}};
-  for (size_t i = 0; i < sizeof SYMS / sizeof SYMS[0]; i++)
-    if (dlsym(RTLD_DEFAULT, SYMS[i].sym)) return SYMS[i].name;
-  return "glibc";
-}
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -689,7 +677,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gp_bench: unknown test %s (--list)\n", test);
     return 2;
   }
-  const char *in_use = malloc_in_use();
+  const char *in_use = malloc_by_symbol();
   double t0 = now();
   uint64_t sum = fn();
   double wall = now() - t0;

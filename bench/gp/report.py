@@ -10,7 +10,6 @@ the same test, threads and scale, when a process failed, or when the malloc a pr
 itself is not the one it was run with.
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -20,8 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import report as common  # noqa: E402  (bench/tools/report.py: read_jsonl, fmt, spread, chart)
 
-LABELS = {"glibc": "glibc malloc", "mtpool": "mtpool (libmtpool-malloc.so)", "mimalloc": "mimalloc",
-          "jemalloc": "jemalloc", "tcmalloc": "tcmalloc (minimal)", "tbbmalloc": "tbbmalloc proxy"}
+LABELS = common.PRELOAD_LABELS
 ABOUT = {
     "larson": "server churn: 1,000 live blocks of 16-1,024 B per thread, 250,000 free+malloc of a "
               "random slot per round, 20 rounds, the live blocks handed to a new thread each round",
@@ -47,7 +45,7 @@ ABOUT = {
 
 
 def order(keys):
-    return [k for k in LABELS if k in keys] + sorted(k for k in keys if k not in LABELS)
+    return common.order_by(LABELS, keys)
 
 
 def geo_table(out, allocs, threads, tests, ratio, capped):
@@ -63,12 +61,12 @@ def geo_table(out, allocs, threads, tests, ratio, capped):
             if None in rs or not rs:
                 cells.append("–")
                 continue
-            g = math.exp(sum(map(math.log, rs)) / len(rs))
+            g = common.geomean(rs)
             allr += rs
             geo[(al, n)] = g
             cells.append(f"{'≥' if cap else ''}{g:.2f}")
         if allr and len(allr) == len(tests) * len(threads):
-            g = math.exp(sum(map(math.log, allr)) / len(allr))
+            g = common.geomean(allr)
             cells.append(f"{'≥' if allcap else ''}**{g:.2f}**")
         else:
             cells.append("–")
@@ -143,15 +141,10 @@ def main():
 
     out = ["# General-purpose workloads", "",
            "Written by `scripts/bench_gp.sh` (bench/gp/gp_bench.c); raw lines in `gp.jsonl`.", ""]
-    if a.machine:
-        out += [f"Machine: {a.machine}.", ""]
+    out += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
     out += [f"Run: {a.reps} repetitions (outermost; allocators interleaved inside), scale {a.scale}, "
             f"threads {' '.join(map(str, threads))}, timeout {a.timeout:g} s per process, "
             f"{a.elapsed // 60} min {a.elapsed % 60} s in all."]
-    if a.mtpool_lib:
-        out += ["", f"mtpool: `{a.mtpool_lib}`."]
-    if a.skipped.strip():
-        out += ["", f"Not available here, skipped: {a.skipped.strip()}."]
     out += ["", "Each cell: median wall seconds of the repetitions, ± half their spread "
             "(max-min)/median, and (ratio to the best median of the column). `> T` : the process "
             "ran past the timeout (or a smaller thread count had), so the time is at least T.", ""]

@@ -10,7 +10,6 @@ allocator's), a run's processes did not all run on the malloc given, or the numb
 of a program differs between allocators.
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -38,12 +37,7 @@ STARTUP = {"python3": "`python3 -c pass`", "hello": "C `main` that mallocs once"
 
 
 def order(keys):
-    return [k for k in LABELS if k in keys] + sorted(k for k in keys if k not in LABELS)
-
-
-def geomean(xs):
-    xs = [x for x in xs if x]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    return common.order_by(LABELS, keys)
 
 
 def main():
@@ -114,16 +108,11 @@ def main():
     out = ["# Real programs under each allocator", "",
            "Written by `scripts/bench_programs.sh` (bench/programs/); raw lines in `programs.jsonl`. "
            "Unmodified Debian programs, each allocator through `LD_PRELOAD` (glibc: none).", ""]
-    if a.machine:
-        out += [f"Machine: {a.machine}.", ""]
+    out += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
     lo = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "–"
     out += [f"Run: {a.reps} repetitions (outermost; the allocators interleaved inside, the first "
             f"rotating), inputs `{a.size}` ({a.inputs}), {a.elapsed // 60} min {a.elapsed % 60} s in all; "
             f"1-minute load average at the start of the runs: {lo}."]
-    if a.mtpool_lib:
-        out += ["", f"mtpool: `{a.mtpool_lib}`."]
-    if a.skipped.strip():
-        out += ["", f"Not available here, skipped: {a.skipped.strip()}."]
     out += ["", "Wall: fork to reap of the whole process tree; CPU: user + system of the tree; peak "
             "RSS: of its largest process (wait4's ru_maxrss); faults: minor page faults of the tree. "
             "Every process also had `which_malloc.so` preloaded (the check; glibc runs too).", ""]
@@ -140,7 +129,7 @@ def main():
                 r = ratio(p, al, k)
                 cells.append("–" if r is None else f"{r:.2f}")
             out.append(f"| {p} | " + " | ".join(cells) + " |")
-        g = [geomean([ratio(p, al, k) for p in programs]) for al in others]
+        g = [common.geomean([ratio(p, al, k) for p in programs]) for al in others]
         out.append("| **geometric mean** | " + " | ".join("–" if x is None else f"**{x:.2f}**" for x in g) + " |")
         out.append("")
         return dict(zip(others, g))

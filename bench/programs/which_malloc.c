@@ -12,19 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The same signature symbols as bench/gp/gp_bench.c's malloc_in_use(). */
-static const char *by_symbol(void) {
-  static const struct {
-    const char *sym, *name;
-  } SYMS[] = {{"mtp_version", "mtpool"},
-              {"mi_version", "mimalloc"},
-              {"mallctl", "jemalloc"},
-              {"tc_version", "tcmalloc"},
-              {"scalable_malloc", "tbbmalloc"}};
-  for (size_t i = 0; i < sizeof SYMS / sizeof SYMS[0]; i++)
-    if (dlsym(RTLD_DEFAULT, SYMS[i].sym)) return SYMS[i].name;
-  return "glibc";
-}
+#include "../tools/malloc_name.h"
 
 /* The first loaded object, in the global lookup order (the executable, the preloaded libraries,
  * then the others as loaded), that defines malloc: the one the program's calls bind to.
@@ -55,7 +43,7 @@ __attribute__((constructor)) static void which_malloc(void) {
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = '\0';
   char line[1200];
-  int len = snprintf(line, sizeof line, "%d %s %s %s\n", (int)getpid(), obj, by_symbol(), exe);
+  int len = snprintf(line, sizeof line, "%d %s %s %s\n", (int)getpid(), obj, malloc_by_symbol(), exe);
   if (len <= 0) return;
   if (len >= (int)sizeof line) len = (int)sizeof line - 1;
   int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);

@@ -16,8 +16,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import report as common  # noqa: E402  (bench/tools/report.py: read_jsonl, table, chart, spread)
 
-LABELS = {"glibc": "glibc malloc", "mtpool": "mtpool (libmtpool-malloc.so)", "mimalloc": "mimalloc",
-          "jemalloc": "jemalloc", "tcmalloc": "tcmalloc (minimal)", "tbbmalloc": "tbbmalloc proxy"}
+LABELS = common.PRELOAD_LABELS
 ORDER = list(LABELS)
 PEERS = [a for a in ORDER if a != "mtpool"]
 
@@ -35,7 +34,7 @@ VARIANTS = {"off": "memory_pools off", "on": "memory_pools on",
 
 
 def order(keys):
-    return [k for k in ORDER if k in keys] + sorted(k for k in keys if k not in ORDER)
+    return common.order_by(ORDER, keys)
 
 
 def collect(rows, server, key_of):
@@ -75,18 +74,13 @@ def main():
     rows = common.read_jsonl(a.inp)
     os.makedirs(a.out, exist_ok=True)
     md = ["# Reference servers: OpenLDAP slapd and Squid on each allocator", ""]
-    if a.machine:
-        md += [f"Machine: {a.machine}", ""]
+    md += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
     reps = max((d.get("rep", 0) for d in rows), default=0)
     ent = next((d["entries"] for d in rows if d.get("server") == "slapd"), None)
     obj = next((d["objects"] for d in rows if d.get("server") == "squid"), None)
     md += [f"Median of {reps} interleaved repetitions (a fresh server process each); ±N% = half the "
            f"spread (max-min)/median; (Nx) = ratio to glibc malloc. The allocator is LD_PRELOADed into "
            f"the server only, and checked in /proc/PID/maps. Whole run: {a.elapsed} s.", ""]
-    if a.mtpool_lib:
-        md += [f"mtpool: {a.mtpool_lib}", ""]
-    if a.skipped.strip():
-        md += [f"NOTICE: not available, skipped: {a.skipped.strip()}", ""]
 
     # slapd
     sv = collect(rows, "slapd", lambda d: d["alloc"])

@@ -13,6 +13,7 @@ written as "time relative to mtpool" (above 1: slower than mtpool).
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -84,9 +85,38 @@ def table(title, cols, rows, note=None):
     return "\n".join(out) + "\n"
 
 
+def order_by(known, keys):
+    """keys in the order of `known` (names, or a dict's keys), then the others sorted."""
+    return [k for k in known if k in keys] + sorted(k for k in keys if k not in known)
+
+
 def ordered_keys(keys):
-    known = [k for k in LABELS if k in keys]
-    return known + sorted(k for k in keys if k not in LABELS)
+    return order_by(LABELS, keys)
+
+
+# The allocators the preload suites (general-purpose, servers) run, in table order.
+PRELOAD_LABELS = {"glibc": "glibc malloc", "mtpool": "mtpool (libmtpool-malloc.so)",
+                  "mimalloc": "mimalloc", "jemalloc": "jemalloc", "tcmalloc": "tcmalloc (minimal)",
+                  "tbbmalloc": "tbbmalloc proxy"}
+
+
+def geomean(xs):
+    """Geometric mean of the values given (None and 0 left out); None when none is left."""
+    xs = [x for x in xs if x]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def run_notes(machine, mtpool_lib, skipped):
+    """The lines a preload suite's results carry about the run: machine, the libmtpool-malloc.so
+    measured, the allocators skipped (each a paragraph; none for an empty value)."""
+    out = []
+    if machine:
+        out += [f"Machine: {machine.rstrip('.')}.", ""]
+    if mtpool_lib:
+        out += [f"mtpool: `{mtpool_lib}`.", ""]
+    if skipped.strip():
+        out += [f"Not available here, skipped: {skipped.strip()}.", ""]
+    return out
 
 
 def spread(vals):
