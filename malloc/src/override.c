@@ -296,15 +296,21 @@ static int env_flag(const char *name) {
 
 static int show_stats;
 
+/* The core's escaping of user text for a plain-text report (c_core/src/base/error.c, linked into
+ * this library with the core's objects): MTPOOL_NAME cannot forge lines of stderr. */
+void mtp__text_escape(char *buf, size_t size, const char *s);
+
 __attribute__((constructor)) static void malloc_start(void) {
   show_stats = env_flag("MTPOOL_SHOW_STATS");
   if (env_flag("MTPOOL_VERBOSE")) {
     mtp_options_t o;
     mtp_pool_options(NULL, &o);
+    char name[4 * sizeof(((mtp_stats_t *)0)->name) + 1];
+    mtp__text_escape(name, sizeof(name), o.name ? o.name : "");
     fprintf(stderr,
             "mtpool %s malloc: pool \"%s\", purge_delay_ms %ld, thread_cache_bytes %zu, "
             "check %d, show_stats %d\n",
-            mtp_version(), o.name, o.purge_delay_ms, o.thread_cache_bytes, o.check, show_stats);
+            mtp_version(), name, o.purge_delay_ms, o.thread_cache_bytes, o.check, show_stats);
   }
 }
 

@@ -170,6 +170,32 @@ static void test_pools(void) {
   mtp_pool_destroy(pool);
 }
 
+/* A pool name is user text: the plain-text reports escape it, so that a name cannot forge lines
+ * (or a quote end the quoted name) of a report a tool reads. */
+static void test_print_stats_escapes_name(void) {
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  opt.name = "a\"b\nfake 1 2\\\xff";
+  mtp_pool_t *pool = mtp_pool_create(&opt);
+  REQUIRE(pool != NULL, "a pool");
+  void *p = mtp_pool_alloc(pool, 24);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  REQUIRE(f != NULL, "a memory stream");
+  CHECK(mtp_pool_print_stats(pool, f) == 0);
+  CHECK(mtp_print_stats(f) == 0);
+  fclose(f);
+  const char *want = "a\\\"b\\x0afake 1 2\\\\\\xff";
+  CHECK(strstr(text, "pool \"") != NULL && strstr(strstr(text, "pool \""), want) != NULL);
+  const char *second = strstr(text, want);
+  CHECK(second != NULL && strstr(second + 1, want) != NULL); /* in both reports */
+  CHECK(strstr(text, "\nfake") == NULL);                     /* no line starts with the name's tail */
+  free(text);
+  mtp_free(p);
+  mtp_pool_destroy(pool);
+}
+
 static void test_misuse_default_mode(void) {
   mtp_set_error_handler(record, NULL);
   int stack_var = 0;
@@ -290,6 +316,7 @@ int main(int argc, char **argv) {
   RUN(test_calloc_realloc);
   RUN(test_aligned);
   RUN(test_pools);
+  RUN(test_print_stats_escapes_name);
   RUN(test_misuse_default_mode);
   RUN(test_free_keeps_errno);
   RUN(test_default_handler_aborts);

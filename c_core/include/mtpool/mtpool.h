@@ -217,8 +217,9 @@ MTP_API void mtp_thread_flush(void) MTP_NOEXCEPT;
  * NULL. */
 MTP_API int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) MTP_NOEXCEPT;
 
-/* Print pool's statistics (NULL: the default pool) as a human-readable table to out. Returns 0, or
- * EINVAL if out is NULL, or EIO if writing failed. Does not allocate from mtpool. */
+/* Print pool's statistics (NULL: the default pool) as a human-readable table to out; the pool's
+ * name escaped C-style (it is user text). Returns 0, or EINVAL if out is NULL, or EIO if writing
+ * failed. Does not allocate from mtpool. */
 MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
 
 /* Print one report across every live pool, by name: blocks, bytes in use, bytes per block,

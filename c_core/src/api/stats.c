@@ -94,10 +94,15 @@ static int put(FILE *out, const char *fmt, ...) {
   return fputs(buf, out) < 0 ? EIO : 0;
 }
 
+/* A pool name is user text: escaped (base/error.c) so that it cannot forge lines of a report. */
+typedef char mtpi_name_text[4 * sizeof(((mtp_stats_t *)0)->name) + 1];
+
 static int print_one(const mtp_stats_t *st, FILE *out) {
   int rc = 0;
+  mtpi_name_text name;
+  mtp__text_escape(name, sizeof(name), st->name);
   rc |= put(out, "pool \"%s\": %zu blocks, %zu bytes in use; %zu reserved, %zu free, %zu mapped\n",
-            st->name, st->blocks_in_use, st->bytes_in_use, st->bytes_reserved, st->bytes_free,
+            name, st->blocks_in_use, st->bytes_in_use, st->bytes_reserved, st->bytes_free,
             st->bytes_mapped);
   rc |= put(out, "  allocs %llu, frees %llu (remote %llu), returned to OS %llu bytes, large %zu "
                  "blocks / %zu bytes\n",
@@ -141,7 +146,9 @@ int mtp_print_stats(FILE *out) {
     if (p) stats_collect(p, &st);
     pthread_mutex_unlock(&mtp__registry_lock);
     if (!p) continue;
-    rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", st.name, st.blocks_in_use,
+    mtpi_name_text name;
+    mtp__text_escape(name, sizeof(name), st.name);
+    rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", name, st.blocks_in_use,
               st.bytes_in_use,
               st.blocks_in_use ? (double)st.bytes_in_use / (double)st.blocks_in_use : 0.0,
               st.bytes_reserved, st.bytes_free);

@@ -108,24 +108,6 @@ static int leak_visit(void *arg, void *block, size_t usable, unsigned cls) {
   return 0;
 }
 
-/* Write s, with every byte outside printable ASCII and the quote and backslash escaped C-style
- * (a pool name is user text), into buf (at least 4 * strlen(s) + 1 bytes). */
-static void text_escape(char *buf, size_t size, const char *s) {
-  size_t n = 0;
-  for (; *s && n + 5 < size; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      buf[n++] = '\\';
-      buf[n++] = (char)c;
-    } else if (c < 0x20 || c >= 0x7f) {
-      n += (size_t)snprintf(buf + n, size - n, "\\x%02x", c);
-    } else {
-      buf[n++] = (char)c;
-    }
-  }
-  buf[n] = 0;
-}
-
 static void leak_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void leak_line(const char *fmt, ...) {
   char buf[512];
@@ -148,7 +130,7 @@ static void leak_report_pool(mtpi_pool_t *p) {
     bytes += leak_tally[c].bytes;
   }
   char name[4 * sizeof(p->name) + 1];
-  text_escape(name, sizeof(name), p->name);
+  mtp__text_escape(name, sizeof(name), p->name);
   leak_line("mtpool: leaks: pool \"%s\": %zu blocks, %zu bytes still in use at exit\n", name,
             count, bytes);
   for (unsigned c = 0; c <= MTP_NUM_CLASSES; c++) {

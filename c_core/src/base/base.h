@@ -43,6 +43,10 @@ int mtp__hugepages_mode(void);           /* the environment's, read once */
 
 /* ---- misuse reports (error.c): to the handler, or stderr + abort ---- */
 void mtp__error(int err, const char *what, const void *p);
+/* Copy s (user text, e.g. a pool name) into buf for a plain-text report, every byte outside
+ * printable ASCII and the quote and backslash escaped C-style, truncated to fit; needs
+ * 4 * strlen(s) + 1 bytes for all of it. */
+void mtp__text_escape(char *buf, size_t size, const char *s);
 
 #pragma GCC visibility pop
 

@@ -2,6 +2,7 @@
  * stderr, without allocating, and aborts. Layer: base. */
 #include <stdlib.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,4 +81,20 @@ void mtp__assert_fail(const char *expr, const char *file, int line) {
   ssize_t w = write(2, buf, n);
   (void)w;
   abort();
+}
+
+void mtp__text_escape(char *buf, size_t size, const char *s) {
+  size_t n = 0;
+  for (; *s && n + 5 < size; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      buf[n++] = '\\';
+      buf[n++] = (char)c;
+    } else if (c < 0x20 || c >= 0x7f) {
+      n += (size_t)snprintf(buf + n, size - n, "\\x%02x", c);
+    } else {
+      buf[n++] = (char)c;
+    }
+  }
+  buf[n] = 0;
 }
