@@ -11,8 +11,9 @@
 # Options: --allocs "glibc mtpool ..." (subset), --out DIR (where the table, chart and raw lines go).
 # Environment: MTPOOL_MALLOC_LIB=/path/libmtpool-malloc.so overrides the library found in the
 # build tree (build-servers/, configured and built here), MTPOOL_LIB_<alloc>=/path any allocator's
-# (bench/tools/common.sh, malloc_lib); SRV_REPS, SRV_ENTRIES, SRV_OBJECTS,
-# SRV_SECONDS, SRV_SQUID_VARIANTS, SRV_SQUID_POOL_ALLOCS override the sizes (bench/servers/run.sh).
+# (bench/tools/common.sh, malloc_lib); SRV_REPS, SRV_ENTRIES, SRV_LARGE_ENTRIES, SRV_OBJECTS,
+# SRV_SECONDS, SRV_SQUID_VARIANTS, SRV_SQUID_POOL_ALLOCS override the sizes, SRV_SLAPD_DIRS and
+# SRV_SERVERS what runs (bench/servers/run.sh).
 # Installs its Debian packages when run as root (through bench/tools/common.sh). Every server it
 # starts listens on 127.0.0.1 only, on a free high port, and is stopped by its PID; the system's
 # own slapd or squid service, if any, is neither used nor touched.
@@ -60,7 +61,7 @@ tools=$BUILD/servers-tools
 mkdir -p "$tools"
 for t in http_origin http_load ldap_load; do
   libs=""
-  [ $t = ldap_load ] && libs="-lldap -llber"
+  [ $t = ldap_load ] && libs="-lldap -llber -lm"
   # shellcheck disable=SC2086
   gcc -O2 -Wall -Wextra -Werror -pthread -o "$tools/$t" "$ROOT/bench/servers/$t.c" $libs
 done
@@ -81,6 +82,7 @@ if [ $quick = 1 ]; then
   : "${allocs:=glibc $(have mtpool && echo mtpool || echo mimalloc)}"
   : "${out:=$BUILD/quick}"
   export SRV_REPS=${SRV_REPS:-1} SRV_ENTRIES=${SRV_ENTRIES:-5000} SRV_SECONDS=${SRV_SECONDS:-1}
+  export SRV_LARGE_ENTRIES=${SRV_LARGE_ENTRIES:-60}
   export SRV_OBJECTS=${SRV_OBJECTS:-5000} SRV_SQUID_VARIANTS=${SRV_SQUID_VARIANTS:-off}
 else
   : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc}"

@@ -5,7 +5,8 @@
  *   search   THREADS threads for SECONDS each doing equality searches (uid=userN, N uniform in
  *            0..ENTRIES-1, every attribute returned); prints operations per second
  *   mix      as search, but one operation in four is a modify that replaces the entry's
- *            description with a new one of a random length in 100..2000 bytes
+ *            description with a new one of a random length in MIN..MAX bytes (--desc, default
+ *            100:2000; MIN:MAX:log draws the length log-uniformly, as gen_ldif.py does)
  *
  * Bounded: search and mix stop after SECONDS; every call carries a 30 s network/operation
  * timeout; scan gives up after --timeout seconds. Talks only to the URI given (the script passes
@@ -13,11 +14,13 @@
  *
  * usage: ldap_load --uri U --base B --binddn D --pw P --mode scan|search|mix
  *                  [--entries N] [--threads T] [--seconds S] [--timeout S] [--seed X]
+ *                  [--desc MIN:MAX[:log]]
  * Prints one JSON line; exit status 0 when no operation failed.
  */
 #define _GNU_SOURCE
 #define LDAP_DEPRECATED 0
 #include <ldap.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +31,8 @@
 static const char *g_uri, *g_base, *g_binddn, *g_pw, *g_mode = "search";
 static unsigned long g_entries = 100000;
 static int g_threads = 1;
+static size_t g_desc_min = 100, g_desc_max = 2000; /* --desc */
+static int g_desc_log;
 static double g_seconds = 5, g_timeout = 300;
 static unsigned long g_seed = 1;
 static atomic_ulong g_ops, g_searches, g_modifies, g_errors;
@@ -118,6 +123,26 @@ static int do_scan(void) {
   return (result == LDAP_SUCCESS && !timed_out) ? 0 : 1;
 }
 
+/* A description length in g_desc_min..g_desc_max, uniform or log-uniform (--desc). */
+static size_t desc_len(unsigned long *s) {
+  size_t span = g_desc_max - g_desc_min + 1;
+  if (!g_desc_log) return g_desc_min + rnd(s) % span;
+  double u = (double)(rnd(s) >> 11) / 9007199254740992.0; /* [0, 1) */
+  double lo = log((double)g_desc_min), hi = log((double)g_desc_max + 1);
+  size_t n = (size_t)exp(lo + u * (hi - lo));
+  return n < g_desc_min ? g_desc_min : n > g_desc_max ? g_desc_max : n;
+}
+
+/* Parse --desc MIN:MAX[:log]; 0 if malformed. */
+static int parse_desc(const char *v) {
+  char tail[8] = "";
+  unsigned long lo, hi;
+  int n = sscanf(v, "%lu:%lu:%7s", &lo, &hi, tail);
+  if (n < 2 || lo < 1 || lo > hi || hi > (64ul << 20) || (n == 3 && strcmp(tail, "log"))) return 0;
+  g_desc_min = lo, g_desc_max = hi, g_desc_log = n == 3;
+  return 1;
+}
+
 static void *worker(void *arg) {
   long t = (long)arg;
   unsigned long s = g_seed * 0x9E3779B97F4A7C15UL + (unsigned long)t * 7919 + 1;
@@ -128,7 +153,7 @@ static void *worker(void *arg) {
     return NULL;
   }
   char filter[64], dn[256];
-  char *desc = malloc(2001);
+  char *desc = malloc(g_desc_max + 1);
   if (!desc) {
     ldap_unbind_ext_s(ld, NULL, NULL);
     atomic_fetch_add(&g_errors, 1);
@@ -140,7 +165,7 @@ static void *worker(void *arg) {
     unsigned long id = rnd(&s) % g_entries;
     n_ops++;
     if (mix && (rnd(&s) & 3) == 0) {
-      size_t len = 100 + rnd(&s) % 1901;
+      size_t len = desc_len(&s);
       for (size_t i = 0; i < len; i++) desc[i] = (char)('a' + rnd(&s) % 26);
       desc[len] = 0;
       snprintf(dn, sizeof dn, "uid=user%lu,ou=people,%s", id, g_base);
@@ -190,6 +215,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--seconds")) g_seconds = atof(v);
     else if (!strcmp(k, "--timeout")) g_timeout = atof(v);
     else if (!strcmp(k, "--seed")) g_seed = strtoul(v, NULL, 10);
+    else if (!strcmp(k, "--desc")) {
+      if (!parse_desc(v)) {
+        fprintf(stderr, "ldap_load: bad --desc %s (MIN:MAX or MIN:MAX:log)\n", v);
+        return 2;
+      }
+    }
     else {
       fprintf(stderr, "ldap_load: unknown option %s\n", k);
       return 2;
@@ -199,7 +230,8 @@ int main(int argc, char **argv) {
       g_threads <= 0 || g_threads > 64 || g_seconds <= 0 || g_timeout <= 0 ||
       (strcmp(g_mode, "scan") && strcmp(g_mode, "search") && strcmp(g_mode, "mix"))) {
     fprintf(stderr, "usage: %s --uri U --base B --binddn D --pw P --mode scan|search|mix "
-                    "[--entries N] [--threads 1..64] [--seconds S] [--timeout S] [--seed X]\n",
+                    "[--entries N] [--threads 1..64] [--seconds S] [--timeout S] [--seed X] "
+                    "[--desc MIN:MAX[:log]]\n",
             argv[0]);
     return 2;
   }

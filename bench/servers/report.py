@@ -19,6 +19,8 @@ import report as common  # noqa: E402  (bench/tools/report.py: read_jsonl, table
 LABELS = common.PRELOAD_LABELS
 ORDER = list(LABELS)
 PEERS = [a for a in ORDER if a != "mtpool"]
+# slapd's directories (bench/servers/run.sh, SRV_SLAPD_DIRS): their description lengths
+DIRS = {"small": "100..2,000 bytes", "large": "1 KiB..1 MiB (log-uniform)"}
 
 SLAPD_COLS = [("search1_ops", "searches/s, 1 thread", +1),
               ("search4_ops", "searches/s, 4 threads", +1),
@@ -76,30 +78,33 @@ def main():
     md = ["# Reference servers: OpenLDAP slapd and Squid on each allocator", ""]
     md += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
     reps = max((d.get("rep", 0) for d in rows), default=0)
-    ent = next((d["entries"] for d in rows if d.get("server") == "slapd"), None)
     obj = next((d["objects"] for d in rows if d.get("server") == "squid"), None)
     md += [f"Median of {reps} interleaved repetitions (a fresh server process each); ±N% = half the "
            f"spread (max-min)/median; (Nx) = ratio to glibc malloc. The allocator is LD_PRELOADed into "
            f"the server only, and checked in /proc/PID/maps. Whole run: {a.elapsed} s.", ""]
 
     # slapd
-    sv = collect(rows, "slapd", lambda d: d["alloc"])
-    slapd_med = {}
-    if sv:
+    # slapd: one table per directory (rows before directories had the small one only)
+    sv = collect(rows, "slapd", lambda d: (d["alloc"], d.get("directory", "small")))
+    slapd_med = {}   # (alloc, directory, metric) -> median
+    dirs = [x for x in DIRS if any(k[1] == x for k, _ in sv)]
+    for dr in dirs:
+        ent = next(d["entries"] for d in rows if d.get("server") == "slapd"
+                   and d.get("directory", "small") == dr)
         trows = []
-        for k in order({k for k, _ in sv}):
+        for al in order({k[0] for k, _ in sv if k[1] == dr}):
             cells = []
             for m, _, _ in SLAPD_COLS:
-                c, med = cell(sv, k, "glibc", m, 1 / 1024 if m.endswith("_kb") else 1.0)
+                c, med = cell(sv, (al, dr), ("glibc", dr), m, 1 / 1024 if m.endswith("_kb") else 1.0)
                 cells.append(c)
-                slapd_med[(k, m)] = med
-            trows.append((LABELS.get(k, k), cells))
+                slapd_med[(al, dr, m)] = med
+            trows.append((LABELS.get(al, al), cells))
         md.append(common.table(
-            f"slapd 2.5 (back-mdb), {ent:,} inetOrgPerson entries, descriptions 100..2,000 bytes",
+            f"slapd 2.5 (back-mdb), {ent:,} inetOrgPerson entries, descriptions {DIRS[dr]}",
             [c[1] for c in SLAPD_COLS], trows,
             "Searches: equality on uid (indexed), one connection per client thread, every attribute "
-            "returned. The mix: one operation in four replaces a description with one of a random "
-            "length (100..2,000 bytes). RssAnon: the server's anonymous resident memory after one "
+            f"returned. The mix: one operation in four replaces a description with one of a random "
+            f"length ({DIRS[dr]}). RssAnon: the server's anonymous resident memory after one "
             "subtree search returned every entry (back-mdb's mapped database file is not in it)."))
 
     # squid
@@ -127,12 +132,12 @@ def main():
     # chart: every figure relative to glibc, turned so that higher is better
     crows, cols = [], ([c[1] for c in SLAPD_COLS if c[0] != "scan_s"] +
                        [f"squid {c[1]}" for c in SQUID_COLS if c[0] != "anon_bytes_per_object"])
-    for k in order({k for k, _ in sv} | {k[0] for k, _ in qv}):
+    for k in order({k[0] for k, _ in sv} | {k[0] for k, _ in qv}):
         vals = []
         for m, _, sign in SLAPD_COLS:
             if m == "scan_s":
                 continue
-            v, r = slapd_med.get((k, m)), slapd_med.get(("glibc", m))
+            v, r = slapd_med.get((k, "small", m)), slapd_med.get(("glibc", "small", m))
             vals.append((v / r if sign > 0 else r / v) if v and r else None)
         for m, _, sign in SQUID_COLS:
             if m == "anon_bytes_per_object":
@@ -151,17 +156,23 @@ def main():
 
     def row(t, meas, ok):
         lines.append(f"| {t} | {meas} | {'yes' if ok else 'NO'} |")
-    if any(k == "mtpool" for k, _ in sv) or any(k[0] == "mtpool" for k, _ in qv):
-        for m, lab, sign in SLAPD_COLS:
+    if any(k[0] == "mtpool" for k, _ in sv) or any(k[0] == "mtpool" for k, _ in qv):
+        for dr, m, lab, sign in [(dr, *c) for dr in dirs for c in SLAPD_COLS]:
             if m == "scan_s":
                 continue
-            me = slapd_med.get(("mtpool", m))
-            peers = {p: slapd_med.get((p, m)) for p in PEERS if slapd_med.get((p, m))}
-            if me is None or not peers:
+            me = slapd_med.get(("mtpool", dr, m))
+            sc = 1 / 1024 if m.endswith("_kb") else 1
+            g = slapd_med.get(("glibc", dr, m))
+            if m == "rss_anon_scan_kb" and me is not None and g:
+                row(f"slapd, {dr} entries, {lab}: at most 1.05x glibc's",
+                    f"mtpool {common.fmt(me * sc)}, glibc {common.fmt(g * sc)} ({me / g:.2f}x)",
+                    me <= 1.05 * g)
+            peers = {p: slapd_med.get((p, dr, m)) for p in PEERS if slapd_med.get((p, dr, m))}
+            if me is None or not peers or (m == "rss_anon_scan_kb" and set(peers) == {"glibc"}):
                 continue
             best = (max if sign > 0 else min)(peers, key=peers.get)
-            sc = 1 / 1024 if m.endswith("_kb") else 1
-            row(f"slapd {lab}: {'at least the best' if sign > 0 else 'no more than the smallest'} peer's",
+            row(f"slapd, {dr} entries, {lab}: "
+                f"{'at least the best' if sign > 0 else 'no more than the smallest'} peer's",
                 f"mtpool {common.fmt(me * sc)}, {LABELS[best]} {common.fmt(peers[best] * sc)} "
                 f"({me / peers[best]:.2f}x)", me >= peers[best] if sign > 0 else me <= peers[best])
         for m, lab, _ in SQUID_COLS:
@@ -202,11 +213,13 @@ def main():
                 bad.append(f"{d.get('server')}/{d.get('alloc')}: server not stopped")
             if d.get("error"):
                 bad.append(f"{d.get('server')}/{d.get('alloc')}: {d['error']}")
+        ran = {d.get("server") for d in rows}  # servers not asked for (SRV_SERVERS) have no rows
         for al in a.check.split():
-            for m, lab, _ in SLAPD_COLS:
-                if not sv.get((al, m)):
-                    bad.append(f"slapd/{al}: no figure for {lab}")
-            variants = {k[1] for k, _ in qv if k[0] == al} or {"off"}
+            for dr in dirs or (["small"] if "slapd" in ran else []):
+                for m, lab, _ in SLAPD_COLS:
+                    if not sv.get(((al, dr), m)):
+                        bad.append(f"slapd/{al}, {dr} directory: no figure for {lab}")
+            variants = {k[1] for k, _ in qv if k[0] == al} or ({"off"} if "squid" in ran else set())
             for var in variants:
                 for m, lab, _ in SQUID_COLS:
                     if not qv.get(((al, var), m)):

@@ -11,6 +11,9 @@
 #                  preload (empty for glibc)
 #   SRV_REPS       repetitions (interleaved: repetition is the outer loop)
 #   SRV_ENTRIES    slapd directory size;  SRV_SECONDS  seconds per slapd load phase
+#   SRV_SLAPD_DIRS "small large": the directories slapd serves, each in runs of its own: small,
+#                  SRV_ENTRIES entries with descriptions of 100..2,000 bytes (uniform); large,
+#                  SRV_LARGE_ENTRIES entries with descriptions of 1 KiB..1 MiB (log-uniform)
 #   SRV_OBJECTS    objects Squid caches;  SRV_SQUID_VARIANTS  e.g. "off on chunked"
 #   SRV_SQUID_POOL_ALLOCS  allocators that run every variant ("all": every one); the others
 #                  run the first variant only (squid's pools off, the targets' configuration)
@@ -22,6 +25,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${SRV_TOOLS:?}" "${SRV_OUT:?}" "${SRV_ALLOCS:?}"
 SRV_REPS=${SRV_REPS:-3}
 SRV_ENTRIES=${SRV_ENTRIES:-100000}
+SRV_LARGE_ENTRIES=${SRV_LARGE_ENTRIES:-1000}
+SRV_SLAPD_DIRS=${SRV_SLAPD_DIRS:-"small large"}
 SRV_SECONDS=${SRV_SECONDS:-4}
 SRV_OBJECTS=${SRV_OBJECTS:-100000}
 SRV_SQUID_VARIANTS=${SRV_SQUID_VARIANTS:-"off on chunked"}
@@ -113,9 +118,15 @@ mapped_ok() {
 # ------------------------------------------------------------------------------------------------
 # slapd
 # ------------------------------------------------------------------------------------------------
+# A directory's size and description lengths (gen_ldif.py's and ldap_load's --desc).
+dir_entries() { if [ "$1" = large ]; then echo "$SRV_LARGE_ENTRIES"; else echo "$SRV_ENTRIES"; fi; }
+dir_desc() { if [ "$1" = large ]; then echo 1024:1048576:log; else echo 100:2000; fi; }
+
+# slapd_prepare DIR: the configuration (once) and DIR's pristine database, loaded by slapadd.
 slapd_prepare() {
-  local d=$WORK/slapd
-  mkdir -p "$d/db.pristine"
+  local d=$WORK/slapd dir=$1 entries
+  entries=$(dir_entries "$dir")
+  mkdir -p "$d/db.pristine.$dir"
   cat >"$d/slapd.conf" <<EOF
 # The benchmark's own slapd: private configuration, nothing shared with a system slapd.
 include /etc/ldap/schema/core.schema
@@ -137,26 +148,28 @@ dbnosync
 index objectClass eq
 index uid eq
 EOF
-  sed "s#^directory .*#directory $d/db.pristine#" "$d/slapd.conf" >"$d/slapadd.conf"
-  note "slapd: generating $SRV_ENTRIES entries and loading them with slapadd"
+  sed "s#^directory .*#directory $d/db.pristine.$dir#" "$d/slapd.conf" >"$d/slapadd.conf"
+  note "slapd: generating the $dir directory, $entries entries, and loading it with slapadd"
   local t0=$SECONDS
-  python3 "$here/gen_ldif.py" --base "$BASE" --entries "$SRV_ENTRIES" --seed 42 >"$d/data.ldif" || return 1
+  python3 "$here/gen_ldif.py" --base "$BASE" --entries "$entries" --seed 42 --desc "$(dir_desc "$dir")" \
+    >"$d/data.ldif" || return 1
   "$SLAPADD" -q -f "$d/slapadd.conf" -l "$d/data.ldif" >"$d/slapadd.log" 2>&1 ||
     { note "slapadd failed:"; tail -20 "$d/slapadd.log" >&2; return 1; }
-  note "slapd: directory ready ($(du -sh "$d/db.pristine" | cut -f1) on disk, $((SECONDS - t0)) s)"
+  note "slapd: $dir directory ready ($(du -sh "$d/db.pristine.$dir" | cut -f1) on disk, $((SECONDS - t0)) s)"
   rm -f "$d/data.ldif"
 }
 
-ldap_load() { "$SRV_TOOLS/ldap_load" --uri "ldap://127.0.0.1:$SLAPD_PORT/" --base "$BASE" \
-  --binddn "$ROOTDN" --pw "$ROOTPW" --entries "$SRV_ENTRIES" "$@"; }
+# ldap_load DIR ARGS...: the client against the running slapd, sized for directory DIR.
+ldap_load() { local dir=$1; shift; "$SRV_TOOLS/ldap_load" --uri "ldap://127.0.0.1:$SLAPD_PORT/" --base "$BASE" \
+  --binddn "$ROOTDN" --pw "$ROOTPW" --entries "$(dir_entries "$dir")" --desc "$(dir_desc "$dir")" "$@"; }
 
-# slapd_run ALLOC REP: one fresh slapd on a fresh copy of the directory; one JSON line.
+# slapd_run ALLOC REP DIR: one fresh slapd on a fresh copy of directory DIR; one JSON line.
 slapd_run() {
-  local alloc=$1 rep=$2 d=$WORK/slapd lib var
+  local alloc=$1 rep=$2 dir=$3 d=$WORK/slapd lib var
   var=SRV_LIB_$alloc
   lib=${!var:-}
   rm -rf "$d/db"
-  cp -r "$d/db.pristine" "$d/db"
+  cp -r "$d/db.pristine.$dir" "$d/db"
   SLAPD_PORT=$(free_port) || { note "no free port"; return 1; }
   LD_PRELOAD=$lib "$SLAPD" -f "$d/slapd.conf" -h "ldap://127.0.0.1:$SLAPD_PORT/" -d 0 \
     >"$d/slapd.log" 2>&1 </dev/null &
@@ -173,21 +186,21 @@ slapd_run() {
   fi
   if [ $ok = 1 ]; then
     rss_start=$(status_kb "$pid" RssAnon)
-    scan=$(ldap_load --mode scan --timeout 600) || { err="scan failed: $scan"; ok=0; }
+    scan=$(ldap_load "$dir" --mode scan --timeout 600) || { err="scan failed: $scan"; ok=0; }
     rss_scan=$(status_kb "$pid" RssAnon)
   fi
-  [ $ok = 1 ] && { s1=$(ldap_load --mode search --threads 1 --seconds "$SRV_SECONDS") || { err="search 1 failed: $s1"; ok=0; }; }
-  [ $ok = 1 ] && { s4=$(ldap_load --mode search --threads 4 --seconds "$SRV_SECONDS") || { err="search 4 failed: $s4"; ok=0; }; }
-  [ $ok = 1 ] && { mix=$(ldap_load --mode mix --threads 4 --seconds "$SRV_SECONDS") || { err="mix failed: $mix"; ok=0; }; }
+  [ $ok = 1 ] && { s1=$(ldap_load "$dir" --mode search --threads 1 --seconds "$SRV_SECONDS") || { err="search 1 failed: $s1"; ok=0; }; }
+  [ $ok = 1 ] && { s4=$(ldap_load "$dir" --mode search --threads 4 --seconds "$SRV_SECONDS") || { err="search 4 failed: $s4"; ok=0; }; }
+  [ $ok = 1 ] && { mix=$(ldap_load "$dir" --mode mix --threads 4 --seconds "$SRV_SECONDS") || { err="mix failed: $mix"; ok=0; }; }
   [ $ok = 1 ] && rss_end=$(status_kb "$pid" RssAnon)
   local rss_total
   rss_total=$(status_kb "$pid" VmRSS)
   local stopped=false
   stop_pid "$pid" && stopped=true
   forget_pid "$pid"
-  python3 - "$alloc" "$rep" "$mapped" "$stopped" "$SRV_ENTRIES" "$(num "$rss_start")" \
+  python3 - "$alloc" "$rep" "$mapped" "$stopped" "$(dir_entries "$dir")" "$(num "$rss_start")" \
     "$(num "$rss_scan")" "$(num "$rss_end")" "$(num "$rss_total")" "$err" \
-    "${scan:-null}" "${s1:-null}" "${s4:-null}" "${mix:-null}" >>"$JSONL" <<'EOF'
+    "${scan:-null}" "${s1:-null}" "${s4:-null}" "${mix:-null}" "$dir" "$(dir_desc "$dir")" >>"$JSONL" <<'EOF'
 import json, sys
 a = sys.argv[1:]
 def j(s):
@@ -199,7 +212,7 @@ scan, s1, s4, mix = (j(x) for x in a[10:14])
 ops = lambda r: r.get("ops_per_s") if r and not r.get("errors") else None
 print(json.dumps({
     "server": "slapd", "alloc": a[0], "rep": int(a[1]), "mapped": a[2] == "true",
-    "stopped": a[3] == "true", "entries": int(a[4]),
+    "stopped": a[3] == "true", "entries": int(a[4]), "directory": a[14], "desc": a[15],
     "rss_anon_start_kb": j(a[5]), "rss_anon_scan_kb": j(a[6]), "rss_anon_end_kb": j(a[7]),
     "vm_rss_end_kb": j(a[8]),
     "scan_s": scan.get("seconds") if scan and scan.get("entries", 0) >= int(a[4]) else None,
@@ -323,16 +336,21 @@ EOF
 failures=0
 for server in $SRV_SERVERS; do
   case $server in
-    slapd) slapd_prepare || { note "slapd: preparation failed"; failures=$((failures + 1)); continue; } ;;
+    slapd)
+      ok=1
+      for dir in $SRV_SLAPD_DIRS; do slapd_prepare "$dir" || ok=0; done
+      [ $ok = 1 ] || { note "slapd: preparation failed"; failures=$((failures + 1)); continue; } ;;
     squid) squid_prepare || { note "squid: preparation failed"; failures=$((failures + 1)); continue; } ;;
     *) note "unknown server $server"; exit 2 ;;
   esac
   for rep in $(seq 1 "$SRV_REPS"); do
     for alloc in $SRV_ALLOCS; do
       if [ "$server" = slapd ]; then
-        t0=$SECONDS
-        slapd_run "$alloc" "$rep" || { failures=$((failures + 1)); note "slapd/$alloc rep $rep FAILED: $(tail -1 "$JSONL")"; }
-        note "slapd $alloc rep $rep/$SRV_REPS: $((SECONDS - t0)) s"
+        for dir in $SRV_SLAPD_DIRS; do
+          t0=$SECONDS
+          slapd_run "$alloc" "$rep" "$dir" || { failures=$((failures + 1)); note "slapd/$alloc/$dir rep $rep FAILED: $(tail -1 "$JSONL")"; }
+          note "slapd $alloc $dir directory rep $rep/$SRV_REPS: $((SECONDS - t0)) s"
+        done
       else
         variants=$SRV_SQUID_VARIANTS
         case " $SRV_SQUID_POOL_ALLOCS " in
