@@ -6,7 +6,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -233,7 +235,7 @@ static void test_trim_and_destroy(void) {
   printf("VmSize %ld kB, %ld kB with the pool's large blocks, %ld kB after destroy\n", before, held,
          after);
   if (!TH_SANITIZED) CHECK(after <= before + 1024 && held >= before + 60 * 1024);
-  /* a pool that purges at once, and a checked pool, keep nothing */
+  /* a pool that purges at once keeps nothing; a checked pool keeps its quarantine until trim */
   mtp_pool_t *z = make_pool(0, 0), *c = make_pool(60000, 1);
   a = mtp_pool_alloc(z, MiB);
   b = mtp_pool_alloc(c, MiB);
@@ -241,8 +243,58 @@ static void test_trim_and_destroy(void) {
   mtp_free(a);
   mtp_free(b);
   CHECK_EQ_SZ(stats(z).bytes_reserved, 0);
+  CHECK(stats(c).bytes_reserved >= MiB && stats(c).bytes_in_use == 0);
+  CHECK(mtp_pool_trim(c) >= MiB);
   CHECK_EQ_SZ(stats(c).bytes_reserved, 0);
   mtp_pool_destroy(z);
+  mtp_pool_destroy(c);
+}
+
+/* A checked pool's freed large block is quarantined: inaccessible (a read faults), its address
+ * not handed out again at once, a second free reported as a double free; bounded (the oldest go
+ * back to the OS) and gone at destroy. */
+static char *g_quarantined;
+static int read_quarantined(void) {
+  return g_quarantined[100] == 42 ? 3 : 4; /* must fault before it returns */
+}
+
+static void test_checked_quarantine(void) {
+  mtp_pool_t *c = make_pool(60000, 1);
+  g_errs = 0;
+  char *a = mtp_pool_alloc(c, 256 * 1024);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 42, 256 * 1024);
+  mtp_free(a);
+  CHECK(g_errs == 0);
+  char *b = mtp_pool_alloc(c, 256 * 1024);
+  REQUIRE(b != NULL, "alloc again");
+  CHECK(b != a); /* not straight back */
+  mtp_free(a);
+  CHECK(g_errs == 1 && g_err == MTP_ERR_DOUBLE_FREE && g_err_ptr == a);
+  CHECK(mtp_usable_size(a) == 0 && g_errs == 2 && g_err == MTP_ERR_INVALID_POINTER);
+  g_quarantined = a;
+  fflush(NULL);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0, "fork");
+  if (pid == 0) _exit(read_quarantined());
+  int st = 0;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  /* a sanitizer's SEGV handler reports and exits nonzero instead */
+  CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV) ||
+        (TH_SANITIZED && WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 3 &&
+         WEXITSTATUS(st) != 4));
+  mtp_free(b);
+  /* bounded: 200 blocks of 256 KiB freed, at most 64 records and 32 MiB kept */
+  for (int i = 0; i < 200; i++) {
+    char *x = mtp_pool_alloc(c, 256 * 1024);
+    REQUIRE(x != NULL, "alloc in the loop");
+    mtp_free(x);
+  }
+  mtp_stats_t st1 = stats(c);
+  CHECK(st1.bytes_reserved <= 64 * (256 * 1024 + 65536) && st1.bytes_in_use == 0);
+  CHECK(st1.bytes_returned >= 100 * 256 * 1024);
+  CHECK(g_errs == 2);
+  g_errs = 0;
   mtp_pool_destroy(c);
 }
 
@@ -463,6 +515,7 @@ int main(void) {
   RUN(test_purge_after_delay);
   RUN(test_trim_and_destroy);
   RUN(test_bad_input);
+  RUN(test_checked_quarantine);
   RUN(test_realloc);
   RUN(test_os_failure);
   RUN(test_threads);

@@ -31,9 +31,10 @@
  *     ever more than 1.25x its large-block footprint.
  *   - a free range goes back to the OS (munmap, counted in bytes_returned then) after the pool's
  *     purge delay (the purge thread, pool.c; a merged range counts from its newest free), at trim
- *     and at pool destroy. A pool with a delay of 0 caches nothing; checked pools cache nothing
- *     either (a freed block's mapping is gone, so a late access faults and its double free stays
- *     reported).
+ *     and at pool destroy. A pool with a delay of 0 caches nothing. A checked pool caches nothing
+ *     for reuse: it quarantines (quarantine_put) a freed block's range, inaccessible, so that a late
+ *     access faults, the address is not handed out again at once and a second free is reported as
+ *     a double free.
  * Free ranges are poisoned for AddressSanitizer while cached. */
 #include <errno.h>
 #include <string.h>
@@ -341,6 +342,29 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
   return true;
 }
 
+/* Large lock held: a checked pool's freed block (taken off the live list, still in the hash) stays
+ * mapped but inaccessible (PROT_NONE), on the pool's cache list as CACHED so that a second free is
+ * a double free and lookups skip it; never handed out again (checked pools do not take from the
+ * cache). Bounded as the cache is, by the count and the floor (the oldest go onto *evict), and
+ * unmapped by a purge after the delay, at trim and at destroy. false if the OS refused the
+ * protection (the caller unmaps it). */
+static bool quarantine_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict) {
+  if (rec->map_size > CACHE_FLOOR || mtp__os_guard(rec->map, rec->map_size) != 0) return false;
+  while (pool->large_cache != NULL && (pool->large_cached_count >= MAX_CACHED ||
+                                       pool->large_cached_bytes + rec->map_size > CACHE_FLOOR)) {
+    mtpi_large_t *old = rec_of(mtp__list_last(pool->large_cache));
+    drop_cached(pool, old);
+    old->hash_next = *evict;
+    *evict = old;
+  }
+  rec->cached = true;
+  rec->free_time_ms = mtp__os_now_ms();
+  mtp__list_push(&pool->large_cache, &rec->link);
+  pool->large_cached_count++;
+  pool->large_cached_bytes += rec->map_size;
+  return true;
+}
+
 int mtp__large_free(void *p, size_t size, bool sized) {
   pthread_mutex_lock(&mtp__large_lock);
   mtpi_large_t *rec = *find(p);
@@ -380,12 +404,12 @@ int mtp__large_free(void *p, size_t size, bool sized) {
   mtpi_pool_t *pool = rec->pool;
   unlive(pool, rec);
   mtpi_large_t *evict = NULL;
-  bool cached = cache_put(pool, rec, &evict);
+  bool cached = pool->check ? quarantine_put(pool, rec, &evict) : cache_put(pool, rec, &evict);
   if (!cached) hash_remove(rec, p);
   pthread_mutex_unlock(&mtp__large_lock);
   if (!cached) (void)unmap_rec(rec);
   (void)unmap_list(evict);
-  return cached && pool->purge_delay_ms > 0 ? MTP_LARGE_CACHED : MTP_LARGE_FREED;
+  return cached && !pool->check && pool->purge_delay_ms > 0 ? MTP_LARGE_CACHED : MTP_LARGE_FREED;
 }
 
 bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out) {
