@@ -1,13 +1,11 @@
 /* Large blocks (above 32 KiB): the cache of freed ranges (reuse, split and merge, its bound, purge
  * after the pool's delay, trim, destroy, statistics), realloc (grow into the cached range after the
  * block or by mremap, shrink into the cache, keeping contents, small -> large -> small), bad input (double free of a cached block, interior and foreign
- * pointers), calloc (a fresh mapping is not touched, a cached range is cleared), OS failures
- * (mtp__os_inject_failure), and two threads at once (for TSan). */
+ * pointers), OS failures (mtp__os_inject_failure), and two threads at once (for TSan). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,41 +115,6 @@ static void test_reuse_and_stats(void) {
   CHECK_EQ_SZ(st.frees, 8);
   CHECK_EQ_SZ(st.bytes_returned, 0);
   mtp_pool_destroy(p);
-}
-
-/* Pages of [p, p + len) that are resident (mincore). */
-static size_t resident_pages(const void *p, size_t len) {
-  size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg, res = 0;
-  unsigned char *vec = malloc(n);
-  REQUIRE(vec != NULL && mincore((void *)((uintptr_t)p & ~(pg - 1)), len, vec) == 0, "mincore");
-  for (size_t i = 0; i < n; i++) res += vec[i] & 1;
-  free(vec);
-  return res;
-}
-
-/* calloc of a large block: a fresh mapping is zero already and is not touched (a server's calloc
- * of a big table must not fault it all in); a cached range is cleared; a checked pool's too. */
-static void test_calloc(void) {
-  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-  for (int check = 0; check <= 1; check++) {
-    mtp_pool_t *p = make_pool(60000, check);
-    unsigned char *a = mtp_pool_calloc(p, 4, MiB);
-    REQUIRE(a != NULL, "calloc");
-    if (!check) CHECK(resident_pages(a, 4 * MiB) <= 4 * MiB / pg / 8);
-    size_t nonzero = 0;
-    for (size_t i = 0; i < 4 * MiB; i += 512) nonzero += a[i] != 0;
-    CHECK_EQ_SZ(nonzero, 0);
-    memset(a, 0xAB, 4 * MiB);
-    mtp_free(a);
-    unsigned char *b = mtp_pool_calloc(p, 1, 4 * MiB - 100); /* the cached range again */
-    REQUIRE(b != NULL, "calloc again");
-    if (!check) CHECK(b == a);
-    nonzero = 0;
-    for (size_t i = 0; i < 4 * MiB - 100; i++) nonzero += b[i] != 0;
-    CHECK_EQ_SZ(nonzero, 0);
-    mtp_free(b);
-    mtp_pool_destroy(p);
-  }
 }
 
 static void test_bound(void) {
@@ -510,7 +473,6 @@ static void test_threads(void) {
 int main(void) {
   mtp_set_error_handler(on_error, NULL);
   RUN(test_reuse_and_stats);
-  RUN(test_calloc);
   RUN(test_bound);
   RUN(test_purge_after_delay);
   RUN(test_trim_and_destroy);

@@ -104,9 +104,6 @@ void *mtp_pool_calloc(mtp_pool_t *pool, size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  mtpi_pool_t *pl = pool ? mtp__pool_in(pool) : mtp__default();
-  /* a large block of a fresh mapping is zero already (checked pools fill theirs: cleared below) */
-  if (n > MTP_MAX_SMALL && !pl->check) return mtp__large_alloc_zeroed(pl, n);
   void *p = mtp_pool_alloc(pool, n);
   if (p != NULL) memset(p, 0, n);
   return p;

@@ -236,10 +236,8 @@ static void *hand_out(mtpi_large_t *rec) {
 }
 
 /* A large block of `size` bytes whose range has room for `room` bytes more (room > 0: realloc
- * made it, it may grow again); its first `size` bytes zero if zero (calloc). A fresh mapping is
- * zero already: only a cached range is cleared, so that calloc of a big table (a server's
- * connection array) does not fault in every page before the program touches it. */
-static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment, bool zero) {
+ * made it, it may grow again). */
+static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment) {
   size_t need = size + (pool->check ? CHECK_SLACK : 0);
   if (need < size || need > SIZE_MAX / 2 || room > SIZE_MAX / 2 - need) {
     errno = ENOMEM;
@@ -257,9 +255,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
       if (!freed_fill_ok(rec)) /* the caller gets the range all the same */
         mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
                    rec->ptr);
-      void *p = hand_out(rec);
-      if (zero) memset(p, 0, size);
-      return p;
+      return hand_out(rec);
     }
   }
   mtpi_large_t *rec = mtp__meta_alloc(sizeof(*rec));
@@ -284,15 +280,11 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
 }
 
 void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
-  return large_alloc(pool, size, 0, alignment, false);
-}
-
-void *mtp__large_alloc_zeroed(mtpi_pool_t *pool, size_t size) {
-  return large_alloc(pool, size, 0, 0, true);
+  return large_alloc(pool, size, 0, alignment);
 }
 
 void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room) {
-  return large_alloc(pool, size, room, 0, false);
+  return large_alloc(pool, size, room, 0);
 }
 
 /* Large lock held: the LIVE record leaves the pool's live list and counters. */
