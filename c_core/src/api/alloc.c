@@ -104,6 +104,10 @@ void *mtp_pool_calloc(mtp_pool_t *pool, size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
+  if (n > MTP_MAX_SMALL) { /* a fresh mapping is zero: no memset faulting in all its pages */
+    mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
+    if (p != NULL && !p->check) return mtp__large_alloc_zero(p, n);
+  }
   void *p = mtp_pool_alloc(pool, n);
   if (p != NULL) memset(p, 0, n);
   return p;
