@@ -1,11 +1,15 @@
 /* Large blocks (above 32 KiB): the cache of freed ranges (reuse, split and merge, its bound, purge
- * after the pool's delay, trim, destroy, statistics), realloc (grow into the cached range after the
+ * after the pool's delay, trim, destroy, statistics), calloc (zero whether fresh or reused, and a
+ * fresh mapping not faulted in), realloc (grow into the cached range after the
  * block or by mremap, shrink into the cache, keeping contents, small -> large -> small), bad input (double free of a cached block, interior and foreign
- * pointers), OS failures (mtp__os_inject_failure), and two threads at once (for TSan). */
+ * pointers), a checked pool's quarantine, OS failures (mtp__os_inject_failure), and two threads
+ * at once (for TSan). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,6 +119,61 @@ static void test_reuse_and_stats(void) {
   CHECK_EQ_SZ(st.frees, 8);
   CHECK_EQ_SZ(st.bytes_returned, 0);
   mtp_pool_destroy(p);
+}
+
+/* Resident pages of [p, p + n) (p page-aligned). */
+static size_t resident(void *p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), k = (n + page - 1) / page, r = 0;
+  unsigned char *v = malloc(k);
+  REQUIRE(v != NULL, "malloc");
+  REQUIRE(mincore(p, n, v) == 0, "mincore");
+  for (size_t i = 0; i < k; i++) r += v[i] & 1;
+  free(v);
+  return r * page;
+}
+
+static bool all_zero(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != 0) return false;
+  return true;
+}
+
+/* calloc of a large block: a fresh mapping is zero and is not written (a program that callocs a big
+ * table and uses a corner of it faults in the corner only); a range reused from the cache held a
+ * freed block's bytes and is cleared; a checked pool's block is zero too. */
+static void test_calloc(void) {
+  mtp_pool_t *p = make_pool(60000, 0);
+  size_t n = 8 * MiB;
+  unsigned char *a = mtp_pool_calloc(p, 1, n);
+  REQUIRE(a != NULL, "calloc");
+  CHECK(resident(a, n) <= 64 * 1024);
+  CHECK(a[0] == 0 && a[n / 2] == 0 && a[n - 1] == 0);
+  memset(a, 0xAB, n);
+  mtp_free(a);
+  CHECK(cached(p) >= n); /* the next calloc of that size takes this range */
+  unsigned char *b = mtp_pool_calloc(p, n / 4096, 4096);
+  REQUIRE(b != NULL, "calloc");
+  CHECK(b == a);
+  CHECK(all_zero(b, n));
+  mtp_free(b);
+  /* the default pool, and a size with no whole page */
+  unsigned char *c = mtp_calloc(3, 33333);
+  REQUIRE(c != NULL, "calloc");
+  CHECK(all_zero(c, 3 * 33333));
+  memset(c, 0xCD, 3 * 33333);
+  mtp_free(c);
+  c = mtp_calloc(3, 33333);
+  REQUIRE(c != NULL, "calloc");
+  CHECK(all_zero(c, 3 * 33333));
+  mtp_free(c);
+  mtp_pool_destroy(p);
+  p = make_pool(60000, 1);
+  unsigned char *d = mtp_pool_calloc(p, 1, MiB);
+  REQUIRE(d != NULL, "calloc");
+  CHECK(all_zero(d, MiB));
+  mtp_free(d);
+  mtp_pool_destroy(p);
+  CHECK(g_errs == 0);
 }
 
 static void test_bound(void) {
@@ -473,6 +532,7 @@ static void test_threads(void) {
 int main(void) {
   mtp_set_error_handler(on_error, NULL);
   RUN(test_reuse_and_stats);
+  RUN(test_calloc);
   RUN(test_bound);
   RUN(test_purge_after_delay);
   RUN(test_trim_and_destroy);

@@ -98,12 +98,22 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
   return alloc_aligned(pool ? mtp__pool_in(pool) : mtp__default(), size, alignment);
 }
 
+/* A fresh mapping is zero: no memset faulting in all its pages (large.c). */
+static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
+  mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
+  if (!p->check) return mtp__large_alloc_zero(p, n);
+  void *b = mtp_pool_alloc(pool, n);
+  if (b != NULL) memset(b, 0, n);
+  return b;
+}
+
 void *mtp_pool_calloc(mtp_pool_t *pool, size_t count, size_t size) {
   size_t n;
   if (__builtin_mul_overflow(count, size, &n)) {
     errno = ENOMEM;
     return NULL;
   }
+  if (MTP_UNLIKELY(n > MTP_MAX_SMALL)) return calloc_large(pool, n);
   void *p = mtp_pool_alloc(pool, n);
   if (p != NULL) memset(p, 0, n);
   return p;

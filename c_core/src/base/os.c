@@ -1,5 +1,5 @@
-/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, sysconf). Owns nothing else.
- * Layer: base. */
+/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, getauxval). Owns nothing
+ * else. Layer: base. */
 #define _GNU_SOURCE
 #include "os.h"
 
@@ -33,11 +33,15 @@ static bool inject_fails(void) {
 }
 
 size_t mtp__os_page_size(void) {
-  /* relaxed: every thread computes the same value; a racing first read only calls sysconf twice */
+  /* relaxed: every thread computes the same value; a racing first read only reads it twice */
   static mtpi_atomic_long cached;
   long v = mtp__long_load_relaxed(&cached);
   if (v == 0) {
-    v = sysconf(_SC_PAGESIZE);
+    /* The kernel's AT_PAGESZ, not sysconf: sysconf's switch is a jump table in libc's read-only
+     * data, and its first read faults in 64 KiB of libc there (a C main that mallocs once
+     * touches no other page of it). */
+    v = (long)getauxval(AT_PAGESZ);
+    if (v <= 0) v = sysconf(_SC_PAGESIZE);
     if (v <= 0) v = 4096;
     mtp__long_store_relaxed(&cached, v);
   }

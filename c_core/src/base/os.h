@@ -10,7 +10,7 @@
 
 #pragma GCC visibility push(hidden)
 
-/* The OS page size (sysconf(_SC_PAGESIZE), read once): 4 KiB on x86-64, 4, 16 or 64 KiB on
+/* The OS page size (the kernel's AT_PAGESZ, read once): 4 KiB on x86-64, 4, 16 or 64 KiB on
  * aarch64. mtpool pages (64 KiB) are a whole number of OS pages; larger OS pages are refused at
  * the first map (ENOMEM). */
 size_t mtp__os_page_size(void);

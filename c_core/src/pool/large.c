@@ -236,8 +236,11 @@ static void *hand_out(mtpi_large_t *rec) {
 }
 
 /* A large block of `size` bytes whose range has room for `room` bytes more (room > 0: realloc
- * made it, it may grow again). */
-static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment) {
+ * made it, it may grow again); `zero`: its first `size` bytes read as zero (calloc). A fresh
+ * mapping is zero already: it is not written, so only the pages the caller touches are faulted in
+ * (a program that callocs a big table and uses a corner of it stays small); a cached range is
+ * cleared. */
+static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment, bool zero) {
   size_t need = size + (pool->check ? CHECK_SLACK : 0);
   if (need < size || need > SIZE_MAX / 2 || room > SIZE_MAX / 2 - need) {
     errno = ENOMEM;
@@ -255,7 +258,9 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
       if (!freed_fill_ok(rec)) /* the caller gets the range all the same */
         mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
                    rec->ptr);
-      return hand_out(rec);
+      void *p = hand_out(rec);
+      if (zero) memset(p, 0, size);
+      return p;
     }
   }
   mtpi_large_t *rec = mtp__meta_alloc(sizeof(*rec));
@@ -280,11 +285,15 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
 }
 
 void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
-  return large_alloc(pool, size, 0, alignment);
+  return large_alloc(pool, size, 0, alignment, false);
+}
+
+void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size) {
+  return large_alloc(pool, size, 0, 0, true);
 }
 
 void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room) {
-  return large_alloc(pool, size, room, 0);
+  return large_alloc(pool, size, room, 0, false);
 }
 
 /* Large lock held: the LIVE record leaves the pool's live list and counters. */

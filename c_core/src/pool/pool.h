@@ -108,6 +108,8 @@ void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
 /* ---- large blocks (large.c; a freed block's mapping is cached: see there) ---- */
 /* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held. */
 void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
+/* The same, zeroed (calloc), for a pool that is not checked; a fresh mapping is not written. */
+void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size);
 /* The same, with room for `room` bytes more in its mapping (a block that realloc grows). */
 void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room);
 /* Frees p if it is a large block (checking size if sized). Returns MTP_LARGE_NOT if it is not a
