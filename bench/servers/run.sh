@@ -175,7 +175,7 @@ slapd_run() {
     >"$d/slapd.log" 2>&1 </dev/null &
   local pid=$!
   PIDS+=("$pid")
-  local ok=1 mapped=false scan="" s1="" s4="" mix="" rss_start="" rss_scan="" rss_end="" err=""
+  local ok=1 mapped=false scan="" s1="" s4="" mix="" rss_start="" rss_scan="" rss_end="" rss_later="" err=""
   if ! wait_port "$pid" "$SLAPD_PORT" 60; then
     err="slapd did not start"
     tail -n 5 "$d/slapd.log" >&2
@@ -193,6 +193,8 @@ slapd_run() {
   [ $ok = 1 ] && { s4=$(ldap_load "$dir" --mode search --threads 4 --seconds "$SRV_SECONDS") || { err="search 4 failed: $s4"; ok=0; }; }
   [ $ok = 1 ] && { mix=$(ldap_load "$dir" --mode mix --threads 4 --seconds "$SRV_SECONDS") || { err="mix failed: $mix"; ok=0; }; }
   [ $ok = 1 ] && rss_end=$(status_kb "$pid" RssAnon)
+  # and once the server has been idle for 1 s: what an allocator that decays keeps
+  [ $ok = 1 ] && { sleep 1; rss_later=$(status_kb "$pid" RssAnon); }
   local rss_total
   rss_total=$(status_kb "$pid" VmRSS)
   local stopped=false
@@ -200,7 +202,8 @@ slapd_run() {
   forget_pid "$pid"
   python3 - "$alloc" "$rep" "$mapped" "$stopped" "$(dir_entries "$dir")" "$(num "$rss_start")" \
     "$(num "$rss_scan")" "$(num "$rss_end")" "$(num "$rss_total")" "$err" \
-    "${scan:-null}" "${s1:-null}" "${s4:-null}" "${mix:-null}" "$dir" "$(dir_desc "$dir")" >>"$JSONL" <<'EOF'
+    "${scan:-null}" "${s1:-null}" "${s4:-null}" "${mix:-null}" "$dir" "$(dir_desc "$dir")" \
+    "$(num "$rss_later")" >>"$JSONL" <<'EOF'
 import json, sys
 a = sys.argv[1:]
 def j(s):
@@ -214,6 +217,7 @@ print(json.dumps({
     "server": "slapd", "alloc": a[0], "rep": int(a[1]), "mapped": a[2] == "true",
     "stopped": a[3] == "true", "entries": int(a[4]), "directory": a[14], "desc": a[15],
     "rss_anon_start_kb": j(a[5]), "rss_anon_scan_kb": j(a[6]), "rss_anon_end_kb": j(a[7]),
+    "rss_anon_idle_kb": j(a[16]),
     "vm_rss_end_kb": j(a[8]),
     "scan_s": scan.get("seconds") if scan and scan.get("entries", 0) >= int(a[4]) else None,
     "scan_entries": scan.get("entries") if scan else None,
