@@ -1,7 +1,9 @@
 /* Unit test of the heap layer's lists: the current slab, the full list (at most
  * MTP_FULL_PER_CLASS exhausted slabs; older ones are detached), a free into a full slab moving it
  * to partial, a free into a detached slab taking it back, an empty slab going to the cache, and
- * thread flush; mtp__heap_validate checks the lists and every slab on them at each step. */
+ * thread flush; mtp__heap_validate checks the lists and every slab on them at each step. Then the
+ * cache: a slab taken back by its own class keeps its free list and bump pointer (no carving
+ * again), another class of as many pages formats it, and a full cache lets its oldest slab go. */
 #include "heap/heap.h"
 #include "testhelper.h"
 
@@ -52,7 +54,83 @@ static void test_lists(void) {
   free(b);
 }
 
+/* Fills one slab of class cls (and one block of the next), frees them all but that block: the
+ * full slab becomes empty and is cached. Returns it; *keep gets the block left. */
+static mtpi_page_t *cache_one(mtp_pool_t *pool, size_t size, void **keep) {
+  unsigned cls = mtp__class_of(size);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / mtp__class_size[cls]);
+  void **b = calloc((size_t)cap + 1, sizeof(void *));
+  CHECK(b != NULL);
+  for (uint32_t i = 0; i <= cap; i++) CHECK((b[i] = mtp_pool_alloc(pool, size)) != NULL);
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
+  CHECK(mtp__slab_of((uintptr_t)b[cap]) != s); /* the current slab now */
+  for (uint32_t i = 0; i < cap; i++) mtp_free(b[i]);
+  CHECK_EQ_SZ(s->list, MTP_LIST_HEAP_CACHE);
+  *keep = b[cap];
+  free(b);
+  return s;
+}
+
+static void test_cache_keeps_format(void) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.purge_delay_ms = -1;
+  o.thread_cache_bytes = 4 * MTP_PAGE_SIZE; /* one 4-page slab */
+  mtp_pool_t *pool = mtp_pool_create(&o);
+  CHECK(pool != NULL);
+  mtpi_heap_t *h;
+  void *k1, *k2, *k3;
+  /* the same class takes its cached slab back as it was: the block freed last comes first */
+  mtpi_page_t *s = cache_one(pool, 24576, &k1);
+  char *bump = mtp__slab_bump(s);
+  CHECK(bump == s->end);
+  mtpi_block_t *head = s->free;
+  CHECK(head != NULL);
+  void *keep_cur = k1; /* the current slab still has room: fill it so the cache is asked */
+  unsigned cls = mtp__class_of(24576);
+  h = mtp__tl_thread->heaps[mtp__pool_in(pool)->id];
+  mtpi_page_t *cur = h->current[cls];
+  uint32_t left = cur->capacity - MTP_USED(cur);
+  void **more = calloc((size_t)left + 2, sizeof(void *));
+  CHECK(more != NULL);
+  for (uint32_t i = 0; i < left; i++) CHECK((more[i] = mtp_pool_alloc(pool, 24576)) != NULL);
+  more[left] = mtp_pool_alloc(pool, 24576);
+  CHECK(more[left] == (void *)head); /* from the cached slab, without carving it again */
+  CHECK(h->current[cls] == s && mtp__slab_bump(s) == bump);
+  mtp__heap_validate(h);
+  for (uint32_t i = 0; i <= left; i++) mtp_free(more[i]);
+  free(more);
+  mtp_free(keep_cur);
+  /* another class of as many pages formats the cached slab afresh */
+  s = cache_one(pool, 20000, &k2);
+  CHECK_EQ_SZ(s->list, MTP_LIST_HEAP_CACHE);
+  unsigned other = mtp__class_of(32768);
+  CHECK(mtp__class_pages[other] == s->pages);
+  void *x = mtp_pool_alloc(pool, 32768);
+  CHECK(x != NULL && mtp__slab_of((uintptr_t)x) == s && s->cls == other);
+  CHECK(mtp__slab_bump(s) == (char *)mtp__page_start(s) + s->block_size);
+  mtp_free(x); /* x's slab is its class's current one: it stays */
+  /* a full cache lets the oldest go: u makes way for t */
+  void *k4;
+  mtpi_page_t *u = cache_one(pool, 18000, &k4);
+  CHECK(u->pages == 4);
+  mtpi_page_t *t = cache_one(pool, 14000, &k3);
+  CHECK(t->pages == 2 && t->list == MTP_LIST_HEAP_CACHE);
+  CHECK(u->kind != MTP_PAGE_SLAB || u->list != MTP_LIST_HEAP_CACHE);
+  h = mtp__tl_thread->heaps[mtp__pool_in(pool)->id];
+  CHECK(h->m.cache_bytes <= o.thread_cache_bytes);
+  mtp__heap_validate(h);
+  mtp_free(k4);
+  mtp_free(k2);
+  mtp_free(k3);
+  mtp_stats_t st;
+  mtp_pool_stats(pool, &st);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  mtp_pool_destroy(pool);
+}
+
 int main(void) {
   RUN(test_lists);
+  RUN(test_cache_keeps_format);
   DONE();
 }

@@ -69,7 +69,7 @@ typedef struct mtp_options {
   long purge_delay_ms;
   /* Bytes of empty slabs each thread keeps for reuse per pool, so that a thread alternating
    * allocation and release of a slab's worth of blocks does not go back to the pool every time.
-   * Default 262144 (256 KiB); range 0 .. 1 GiB. (MTPOOL_THREAD_CACHE_BYTES) */
+   * Default 2097152 (2 MiB); range 0 .. 1 GiB. (MTPOOL_THREAD_CACHE_BYTES) */
   size_t thread_cache_bytes;
   /* Checked mode: 1 validates every free (double free, foreign and interior pointers, exact
    * size), puts a canary after each block and fills freed blocks with a pattern checked on reuse.

@@ -9,7 +9,7 @@ void mtp_options_init(mtp_options_t *opt) {
   if (opt == NULL) return;
   opt->name = NULL;
   opt->purge_delay_ms = 250;
-  opt->thread_cache_bytes = 256 * 1024;
+  opt->thread_cache_bytes = 2048 * 1024;
   opt->check = 0;
 }
 

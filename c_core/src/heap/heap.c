@@ -138,9 +138,15 @@ static bool worth_collecting(mtpi_page_t *s) {
 /* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages.
  * *wake: the caller wakes the purger once its heap is consistent (mtp__pool_slab_get). */
 static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
-  mtpi_page_t *s = mtp__cache_take(&h->m, mtp__class_pages[cls]);
+  bool formatted;
+  mtpi_page_t *s = mtp__cache_take(&h->m, cls, &formatted);
   if (s != NULL) {
-    mtp__slab_format(s, cls, false);
+    /* relaxed: a block pushed by another thread onto an empty slab was a double free; format
+     * drops it (as it did before the cache kept formats) */
+    if (!formatted || mtp__load_relaxed(&s->thread_free) != MTP_TF_OWNED)
+      mtp__slab_format(s, cls, false);
+    else
+      s->list = MTP_LIST_NONE;
     mtp__slab_set_heap(s, h);
     mtp__store_relaxed(&s->owner, token(h)); /* relaxed: the cache was ours alone */
     return s;

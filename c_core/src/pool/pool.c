@@ -72,10 +72,14 @@ static void cache_lock(mtpi_member_t *m) {
 }
 static void cache_unlock(mtpi_member_t *m) { mtp__int_store_release(&m->cache_lock, 0); }
 
-mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned pages) {
+mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted) {
+  unsigned pages = mtp__class_pages[cls];
   cache_lock(m);
-  mtpi_node_t *n = m->cache;
-  while (n != NULL && page_of(n)->pages != pages) n = n->next;
+  mtpi_node_t *n = m->cache, *other = NULL;
+  for (; n != NULL && page_of(n)->cls != cls; n = n->next)
+    if (other == NULL && page_of(n)->pages == pages) other = n;
+  *formatted = n != NULL;
+  if (n == NULL) n = other;
   if (n) {
     mtp__list_remove(&m->cache, n);
     m->cache_bytes -= (size_t)pages << MTP_PAGE_SHIFT;
@@ -89,19 +93,33 @@ void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s)
   uint64_t now = mtp__os_now_ms();
   s->list = MTP_LIST_HEAP_CACHE;
   s->free_time_ms = now;
+  /* Newest first; past the bound the oldest go: the newest was touched last, and its class
+   * is the one being churned (a slab kept formatted is reused without carving). */
+  mtpi_node_t *evicted = NULL;
+  bool cached = p->purge_delay_ms != 0 && bytes <= p->thread_cache_bytes;
   cache_lock(m);
-  bool cached = p->purge_delay_ms != 0 && m->cache_bytes + bytes <= p->thread_cache_bytes;
   if (cached) {
     mtp__list_push(&m->cache, &s->link);
     m->cache_bytes += bytes;
+    while (m->cache_bytes > p->thread_cache_bytes) {
+      mtpi_node_t *old = mtp__list_last(m->cache);
+      mtp__list_remove(&m->cache, old);
+      m->cache_bytes -= (size_t)page_of(old)->pages << MTP_PAGE_SHIFT;
+      mtp__list_push(&evicted, old);
+    }
   }
   cache_unlock(m);
-  if (cached) {
+  if (cached && evicted == NULL) {
     if (p->purge_delay_ms > 0) mtp__purger_wake(); /* no lock held */
     return;
   }
+  if (!cached) mtp__list_push(&evicted, &s->link);
   mtp__pool_lock(p);
-  mtp__pool_release_locked(p, s, now);
+  for (mtpi_node_t *n; (n = mtp__list_pop(&evicted)) != NULL;) {
+    mtpi_page_t *e = page_of(n);
+    e->list = MTP_LIST_NONE;
+    mtp__pool_release_locked(p, e, e->free_time_ms);
+  }
   mtp__pool_unlock(p);
 }
 

@@ -71,8 +71,9 @@ void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
 
 /* ---- empty-slab caches (pool.c) ---- */
-/* The owner: an empty slab of `pages` pages from m's cache, or NULL. */
-mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned pages);
+/* The owner: an empty slab for class cls from m's cache, or NULL: one last formatted for cls
+ * (*formatted: its free list and bump pointer kept), else one of as many pages (to format). */
+mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted);
 /* The owner: keep the empty slab s in m's cache if the pool's options allow, else release it to
  * the pool. Takes the locks it needs. */
 void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s);
