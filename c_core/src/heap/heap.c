@@ -242,18 +242,17 @@ MTP_NOINLINE void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b) { free_
 /* The remote free's fast case: d, b's own page descriptor, is the first page of a slab that
  * another thread owns (the owner word holds a token with no mark). Only an owned, unchecked slab's
  * first descriptor holds a token: TAIL and FREE descriptors, detached and checked slabs hold 0
- * (region.c, slab.c); so the owner word alone tells what d is, and the block's offset in its slab
- * is its offset in its page. A stale owner read is harmless, as on the owner's fast path: the
- * slab cannot be released while b is in use, and the push below works whether the slab is still
- * owned or was detached meanwhile (the CAS tells). */
-MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b) {
+ * (region.c, slab.c); so the owner word alone tells what d is. off: b's offset in the slab (for a
+ * block in the slab's first page, its offset in its page). A stale owner read is harmless, as on
+ * the owner's fast path: the slab cannot be released while b is in use, and the push below works
+ * whether the slab is still owned or was detached meanwhile (the CAS tells). */
+MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b, uint32_t off) {
   uintptr_t owner = mtp__load_relaxed(&d->owner); /* relaxed: a hint (types.h) */
   if (MTP_UNLIKELY(owner == 0 || (owner & (MTP_OWNER_CACHED | MTP_OWNER_FULL)) != 0 ||
                    owner == (uintptr_t)mtp__tl_thread))
     return false;
   /* the same checks as below: a block handed out (bump) and the start of one (32-bit division:
    * an offset in a slab is below 2^18) */
-  uint32_t off = (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1));
   if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(d) || off % d->block_size != 0)) return false;
   mtp__track_free(b, d->block_size);
   if (MTP_UNLIKELY(mtp__slab_free_remote(d, b) == MTP_REMOTE_NEWS)) {
@@ -265,7 +264,23 @@ MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b) {
 }
 
 MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
-  if (MTP_LIKELY(remote_fast(d, b))) return;
+  /* A block in a later page of a multi-page slab (classes of 8,320 B and up): its page's
+   * descriptor is a TAIL, which holds no owner, so the fast path always sends it here. Its slab's
+   * descriptor (kind and head_delta are constant while b is in use) takes the path the fast path
+   * would have: the owner's push, or the remote push. Before, every such free went through the
+   * full slow path: 46% of the frees of the 1-32 KiB churn workload. */
+  if (MTP_UNLIKELY(d->kind == MTP_PAGE_TAIL)) {
+    mtpi_page_t *s = d - d->head_delta;
+    if (mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
+        (char *)b < mtp__slab_bump_owner(s)) {
+      free_local(s, b); /* as the owner's fast path, a tagged block checked by push_local */
+      return;
+    }
+    if (MTP_LIKELY(remote_fast(s, b, (uint32_t)((char *)b - mtp__page_start(s))))) return;
+    mtp__heap_free_slow(s, b);
+    return;
+  }
+  if (MTP_LIKELY(remote_fast(d, b, (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1))))) return;
   /* One of our exhausted slabs has room again (churn makes this common): only an owned slab's
    * first descriptor carries our token with the FULL mark, so the same two checks suffice. */
   if (mtp__load_relaxed(&d->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
