@@ -336,8 +336,10 @@ struct mtp_pool {
   mtpi_rset_t rs;
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* detached slabs worth adopting */
   /* Empty slabs kept formatted for their class until the purge delay passes (pool.c), newest
-   * first; empty_bytes: the bytes they span. */
+   * first (taken there), the first listed at the tail (purged from there); empty_bytes: the
+   * bytes they span. */
   mtpi_node_t *empty[MTP_NUM_CLASSES];
+  mtpi_node_t *empty_tail[MTP_NUM_CLASSES];
   size_t empty_bytes;
   mtpi_node_t *members;                  /* live heaps (their mtpi_member_t) */
   mtpi_page_t *checked_current[MTP_NUM_CLASSES];

@@ -161,12 +161,14 @@ static void empty_put_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t since_ms) 
   mtp__slab_format(s, s->cls, false);
   s->list = MTP_LIST_POOL_EMPTY;
   s->free_time_ms = since_ms;
+  if (p->empty[s->cls] == NULL) p->empty_tail[s->cls] = &s->link;
   mtp__list_push(&p->empty[s->cls], &s->link);
   p->empty_bytes += (size_t)s->pages << MTP_PAGE_SHIFT;
   note_free_pages(p); /* due to the purge one delay from now */
 }
 
 static void empty_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
+  if (p->empty_tail[s->cls] == &s->link) p->empty_tail[s->cls] = s->link.prev;
   mtp__list_remove(&p->empty[s->cls], &s->link);
   s->list = MTP_LIST_NONE;
   p->empty_bytes -= (size_t)s->pages << MTP_PAGE_SHIFT;
@@ -184,15 +186,17 @@ static mtpi_page_t *empty_take_locked(mtpi_pool_t *p, unsigned cls) {
 }
 
 /* Return to the region layer the empty slabs kept since cutoff or before (with that time, so the
- * same purge pass returns their pages). */
+ * same purge pass returns their pages). Each list is walked from its tail, the slab listed first,
+ * and only while slabs are due: a walk of every slab kept, in every purge pass, cost more than
+ * the rest of the pass under churn (perf: 2.2% of thread_churn's samples in purge_pool, most on
+ * that walk). A heap's cache comes to the front with its older times (mtp__cache_abandon_locked),
+ * so a slab may wait behind a newer one: at most one purge delay longer. */
 static void empty_release_due_locked(mtpi_pool_t *p, uint64_t cutoff) {
   if (p->empty_bytes == 0) return;
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
-    mtpi_node_t *next;
-    for (mtpi_node_t *it = p->empty[c]; it != NULL; it = next) {
-      next = it->next;
+    mtpi_node_t *it;
+    while ((it = p->empty_tail[c]) != NULL && page_of(it)->free_time_ms <= cutoff) {
       mtpi_page_t *s = page_of(it);
-      if (s->free_time_ms > cutoff) continue;
       empty_remove_locked(p, s);
       mtp__region_free_span(&p->rs, s, s->free_time_ms);
     }
