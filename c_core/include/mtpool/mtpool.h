@@ -81,7 +81,8 @@ typedef struct mtp_options {
 typedef struct mtp_class_stats {
   size_t block_size;    /* bytes per block of this class */
   size_t blocks_in_use; /* blocks handed out and not yet freed */
-  size_t slabs;         /* slabs of this class currently formatted (owned, abandoned or partial) */
+  size_t slabs;         /* slabs of this class currently formatted (owned, abandoned, partial, or
+                           empty and kept for reuse) */
   size_t slab_bytes;    /* bytes those slabs span */
 } mtp_class_stats_t;
 

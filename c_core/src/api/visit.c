@@ -37,7 +37,9 @@ MTP_NO_TSAN static void mark_list(const mtpi_page_t *s, char *start, char *bump,
 
 /* Pool lock held. Visit the live blocks of slab s; nonzero: visit's stop value. */
 MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, mtp_visit_fn visit, void *arg) {
-  if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE) return 0;
+  if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE ||
+      s->list == MTP_LIST_POOL_EMPTY)
+    return 0;
   uint32_t bs = s->block_size, cap = s->capacity;
   if (s->cls >= MTP_NUM_CLASSES || bs == 0 || cap > MAX_BLOCKS) return 0;
   char *start = mtp__page_start(s), *bump = mtp__slab_bump(s);

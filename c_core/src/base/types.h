@@ -109,7 +109,8 @@ enum {
   MTP_LIST_HEAP_PARTIAL,
   MTP_LIST_HEAP_FULL,
   MTP_LIST_POOL_PARTIAL,
-  MTP_LIST_HEAP_CACHE
+  MTP_LIST_HEAP_CACHE,
+  MTP_LIST_POOL_EMPTY /* empty, kept formatted for its class on the pool's list (pool lock) */
 };
 
 /* Low bits of an owned slab's `owner` word beside the thread token (a pointer, 8-aligned): the
@@ -181,7 +182,10 @@ enum {
  * there (exactly one) releases it under the pool lock, unless a thread adopted it first.
  * Adoption (DETACHED -> OWNED) is one CAS on thread_free. A slab on the pool's partial list
  * carries LISTED and is adopted only under the pool lock (which owns the list); an unlisted one
- * may be taken back by the heap that detached it without the lock. */
+ * may be taken back by the heap that detached it without the lock.
+ * A slab that held no block any more when its pool got it back (list MTP_LIST_POOL_EMPTY, pool
+ * lock) is formatted afresh and owned by no one: owner 0, thread_free OWNED with an empty list,
+ * bump at its start, so that every free into it fails the bump check (pool.c: "empty slabs"). */
 typedef struct mtpi_page {
   /* first cache line: the owner's */
   mtpi_block_t *free;
@@ -204,7 +208,8 @@ typedef struct mtpi_page {
   uint8_t list;
   uint8_t checked;
   uint16_t head_delta;   /* TAIL: index distance back to the SLAB descriptor */
-  uint64_t free_time_ms; /* FREE page: when it became free; cached slab: when it was cached */
+  uint64_t free_time_ms; /* FREE page: when it became free; cached or pool-empty slab: since when
+                            it holds no block */
   uint8_t *check_bits;   /* checked mode: allocation bitmap (one bit per block) */
 } mtpi_page_t;
 
@@ -330,6 +335,12 @@ struct mtp_pool {
   /* under lock */
   mtpi_rset_t rs;
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* detached slabs worth adopting */
+  /* Empty slabs kept formatted for their class until the purge delay passes (pool.c), newest
+   * first (taken there), the first listed at the tail (purged from there); empty_bytes: the
+   * bytes they span. */
+  mtpi_node_t *empty[MTP_NUM_CLASSES];
+  mtpi_node_t *empty_tail[MTP_NUM_CLASSES];
+  size_t empty_bytes;
   mtpi_node_t *members;                  /* live heaps (their mtpi_member_t) */
   mtpi_page_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */

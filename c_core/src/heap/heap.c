@@ -316,7 +316,12 @@ static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   /* Blocks at and above the bump pointer were never handed out: pushing one would hand it out
    * twice (once by the free list, once by carving). */
   if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(s))) {
-    mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (a block never handed out)", b);
+    /* An empty slab the pool keeps for reuse has no owner and its bump pointer at its start
+     * (pool.c): a free into it is a free of a block freed before. */
+    if (mtp__slab_bump(s) == mtp__page_start(s) && mtp__load_relaxed(&s->owner) == 0)
+      mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block's slab is empty)", b);
+    else
+      mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (a block never handed out)", b);
     return;
   }
   mtpi_thread_t *me = mtp__tl_thread;
@@ -378,7 +383,8 @@ MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
  * free-list link; a heap's first word is &mtp__slab_empty, which was then handed out as a thread
  * record and overwritten, so every thread's first allocation popped garbage.) */
 
-/* Pool lock held. Give one owned slab back: release it if empty, else detach it for adoption. */
+/* Pool lock held. Give one owned slab back: release it if empty (the pool keeps it for the next
+ * thread's slab of its class), else detach it for adoption. */
 static void abandon_slab(mtpi_pool_t *pool, mtpi_heap_t *h, mtpi_page_t *s, uint64_t now) {
   for (;;) {
     h->m.remote_collected += mtp__slab_collect(s);
@@ -419,7 +425,7 @@ static bool heap_abandon(mtpi_heap_t *h) {
       abandon_slab(pool, h, s, now);
     }
   }
-  mtp__cache_drain_locked(pool, &h->m, UINT64_MAX, now);
+  mtp__cache_abandon_locked(pool, &h->m); /* for the next thread's slabs of their classes */
   mtp__pool_leave_locked(pool, &h->m);
   return mtp__pool_unlock_defer(pool);
 }

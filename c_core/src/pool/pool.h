@@ -77,14 +77,18 @@ mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted);
 /* The owner: keep the empty slab s in m's cache if the pool's options allow, else release it to
  * the pool. Takes the locks it needs. */
 void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s);
+/* Pool lock held: the heap leaves; every slab in m's cache goes to the pool's empty slabs
+ * (pool.c), to be taken by any thread's next slab of its class. */
+void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m);
 /* Pool lock held: release the cached slabs cached at or before older_than_ms; returns bytes. */
 size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_than_ms,
                                uint64_t now_ms);
 
 /* ---- slabs (pool.c) ---- */
 /* A slab of class cls for the heap (tag heap, membership m, token owner_token): adopted from the
- * pool's list of detached slabs (then *collected is the count of blocks freed into it meanwhile)
- * or freshly formatted from free pages, preferably in the region m claimed (region.h). NULL +
+ * pool's list of detached slabs (then *collected is the count of blocks freed into it meanwhile),
+ * else one of the pool's empty slabs (of cls first, else of a class of as many pages), else
+ * freshly formatted from free pages, preferably in the region m claimed (region.h). NULL +
  * ENOMEM. Takes the pool lock. It never wakes the purger itself: *wake says that the caller must
  * (mtp__purger_wake), once its heap is consistent again. The wake may create the purge thread,
  * and pthread_create allocates, which re-enters mtpool on this thread when mtpool is malloc: a
@@ -101,7 +105,9 @@ void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s);
 /* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
  * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);
-/* Pool lock held: a slab that holds no block goes back to the region layer. */
+/* Pool lock held: a slab that holds no block goes back to the pool: kept for its class among the
+ * pool's empty slabs until the purge delay passes (pool.c), or, with a delay of 0 or in checked
+ * mode, to the region layer at once. */
 void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
 /* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
 void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
