@@ -75,7 +75,8 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
  * for the caller to format, `pages` set, TAIL descriptors set. A run of pages that may be
  * resident is taken first (anywhere: no page faults, and freed memory is reused), then any run of
  * free pages, then one of a new region; never claimed by a heap, never faulted in ahead. In a
- * region, the highest run that fits, away from the low pages slab spans are taken from first.
+ * region, the start of the highest stretch of such pages that holds the run: the stretch's other
+ * pages stay free after it for realloc to grow into.
  * *dirty: bit i set if page i of the run may be resident (a clear bit: never touched or purged,
  * so it reads as zero). NULL + ENOMEM. */
 mtpi_page_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty);
