@@ -19,11 +19,16 @@ MTP_NO_TSAN static size_t slab_in_use(mtpi_page_t *s) {
   return base > pending ? base - pending : 0;
 }
 
-/* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot. */
-MTP_NO_TSAN static void slab_account(mtpi_page_t *s, mtp_stats_t *out) {
-  if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB) return;
+/* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot.
+ * Returns the bytes of s if it is a medium block (0 otherwise): a SPAN descriptor is written only
+ * under the pool lock, which the caller holds, so that figure is exact (the cache path writes
+ * SLAB over SLAB, never SPAN). */
+MTP_NO_TSAN static size_t slab_account(mtpi_page_t *s, mtp_stats_t *out) {
+  uint8_t kind = *(volatile uint8_t *)&s->kind;
+  if (kind == MTP_PAGE_SPAN) return mtp__span_usable(s);
+  if (kind != MTP_PAGE_SLAB) return 0;
   unsigned cls = s->cls;
-  if (cls >= MTP_NUM_CLASSES) return;
+  if (cls >= MTP_NUM_CLASSES) return 0;
   mtp_class_stats_t *cs = &out->classes[cls];
   size_t n = slab_in_use(s);
   /* frees waiting on the remote list are remote frees already */
@@ -33,6 +38,7 @@ MTP_NO_TSAN static void slab_account(mtpi_page_t *s, mtp_stats_t *out) {
   cs->slab_bytes += (size_t)s->pages << MTP_PAGE_SHIFT;
   out->blocks_in_use += n;
   out->bytes_in_use += n * s->block_size;
+  return 0;
 }
 
 MTP_NO_TSAN static uint64_t heap_allocs(mtpi_member_t *m) { return *(volatile uint64_t *)&m->allocs; }
@@ -51,12 +57,9 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
-      mtpi_page_t *s = &r->pages[i];
-      if (s->kind == MTP_PAGE_SPAN) { /* written only under the pool lock: exact */
-        spans++;
-        span_bytes += mtp__span_usable(s);
-      }
-      slab_account(s, out);
+      size_t n = slab_account(&r->pages[i], out);
+      spans += n != 0;
+      span_bytes += n;
     }
   }
   allocs = p->dead_allocs + p->checked_allocs + p->span_allocs;
