@@ -52,66 +52,70 @@ static size_t cached(mtp_pool_t *p) {
   return st.bytes_reserved - st.bytes_in_use;
 }
 
+/* Sizes here are above the medium range (MTP_SPAN_MAX, at most 1 MiB): medium blocks are pages of
+ * the pool's regions (tests/api/test_span.c), not cached ranges. */
+#define L (4 * MiB)
+
 static void test_reuse_and_stats(void) {
   mtp_pool_t *p = make_pool(60000, 0);
-  char *a = mtp_pool_alloc(p, MiB);
+  char *a = mtp_pool_alloc(p, L);
   REQUIRE(a != NULL, "alloc");
-  memset(a, 7, MiB);
+  memset(a, 7, L);
   mtp_stats_t st = stats(p);
   CHECK_EQ_SZ(st.large_blocks, 1);
-  CHECK_EQ_SZ(st.bytes_in_use, MiB);
+  CHECK_EQ_SZ(st.bytes_in_use, L);
   mtp_free(a);
   st = stats(p);
   CHECK_EQ_SZ(st.large_blocks, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 0);
-  CHECK_EQ_SZ(st.bytes_reserved, MiB); /* kept: reserved and free, not in use */
-  CHECK_EQ_SZ(st.bytes_free, MiB);
+  CHECK_EQ_SZ(st.bytes_reserved, L); /* kept: reserved and free, not in use */
+  CHECK_EQ_SZ(st.bytes_free, L);
   CHECK_EQ_SZ(st.bytes_returned, 0);
   CHECK_EQ_SZ(st.allocs, 1);
   CHECK_EQ_SZ(st.frees, 1);
   /* the same size again: the same mapping, its pages still there */
-  char *b = mtp_pool_alloc(p, MiB);
+  char *b = mtp_pool_alloc(p, L);
   CHECK(b == a);
-  CHECK_EQ_SZ(mtp_usable_size(b), MiB);
+  CHECK_EQ_SZ(mtp_usable_size(b), L);
   CHECK(mtp_pool_of(b) == p);
   mtp_free(b);
   /* up to a quarter smaller: the whole mapping, and its usable size says so */
-  b = mtp_pool_alloc(p, 900 * 1024);
+  b = mtp_pool_alloc(p, (L - L / 8));
   CHECK(b == a);
-  CHECK_EQ_SZ(mtp_usable_size(b), MiB);
-  mtp_free_sized(b, 900 * 1024); /* the requested size */
+  CHECK_EQ_SZ(mtp_usable_size(b), L);
+  mtp_free_sized(b, (L - L / 8)); /* the requested size */
   CHECK(g_errs == 0);
-  b = mtp_pool_alloc(p, 900 * 1024);
-  mtp_free_sized(b, MiB); /* the usable size */
+  b = mtp_pool_alloc(p, (L - L / 8));
+  mtp_free_sized(b, L); /* the usable size */
   CHECK(g_errs == 0);
   /* much smaller: the head of the range; its tail stays cached (no munmap: its pages stay for
    * the next big request) */
-  b = mtp_pool_alloc(p, 100 * 1024);
+  b = mtp_pool_alloc(p, (L / 4));
   CHECK(b == a);
-  CHECK_EQ_SZ(mtp_usable_size(b), 100 * 1024);
+  CHECK_EQ_SZ(mtp_usable_size(b), (L / 4));
   st = stats(p);
   CHECK_EQ_SZ(st.bytes_returned, 0);
-  CHECK_EQ_SZ(st.bytes_in_use, 100 * 1024);
-  CHECK_EQ_SZ(st.bytes_reserved, MiB);
-  CHECK_EQ_SZ(cached(p), MiB - 100 * 1024);
-  /* freed, it merges with its tail again: the whole 1 MiB serves a 1 MiB request as is */
+  CHECK_EQ_SZ(st.bytes_in_use, (L / 4));
+  CHECK_EQ_SZ(st.bytes_reserved, L);
+  CHECK_EQ_SZ(cached(p), L - (L / 4));
+  /* freed, it merges with its tail again: the whole range serves a request of its size request as is */
   mtp_free(b);
-  CHECK_EQ_SZ(cached(p), MiB);
-  b = mtp_pool_alloc(p, MiB);
+  CHECK_EQ_SZ(cached(p), L);
+  b = mtp_pool_alloc(p, L);
   CHECK(b == a);
   CHECK_EQ_SZ(cached(p), 0);
   mtp_free(b);
   /* split again, and a request larger than any cached range: a mapping of its own (the cached
    * range stays: moving its pages would save faults, not a system call) */
-  b = mtp_pool_alloc(p, 160 * 1024);
+  b = mtp_pool_alloc(p, (L / 2));
   CHECK(b == a);
-  CHECK_EQ_SZ(cached(p), MiB - 160 * 1024);
-  char *c = mtp_pool_alloc(p, 1536 * 1024);
+  CHECK_EQ_SZ(cached(p), L - (L / 2));
+  char *c = mtp_pool_alloc(p, (L + L / 2));
   REQUIRE(c != NULL, "alloc");
-  CHECK_EQ_SZ(mtp_usable_size(c), 1536 * 1024);
-  CHECK_EQ_SZ(cached(p), MiB - 160 * 1024);
-  memset(b, 1, 160 * 1024);
-  memset(c, 1, 1536 * 1024);
+  CHECK_EQ_SZ(mtp_usable_size(c), (L + L / 2));
+  CHECK_EQ_SZ(cached(p), L - (L / 2));
+  memset(b, 1, (L / 2));
+  memset(c, 1, (L + L / 2));
   mtp_free(b);
   mtp_free(c);
   st = stats(p);
@@ -120,6 +124,8 @@ static void test_reuse_and_stats(void) {
   CHECK_EQ_SZ(st.bytes_returned, 0);
   mtp_pool_destroy(p);
 }
+
+#undef L
 
 /* Resident pages of [p, p + n) (p page-aligned). */
 static size_t resident(void *p, size_t n) {
@@ -398,8 +404,8 @@ static void test_realloc(void) {
   mtp_free_sized(q, MiB);
   CHECK(g_errs == 0);
   CHECK_EQ_SZ(cached(p), c0 + held); /* merged again: one range */
-  /* the same growth again: the cached range, grown into in place, with no system call (no move,
-   * nothing mapped or returned) */
+  /* the same growth again: the cached range, grown into in place, with no system call (nothing
+   * mapped or returned) */
   size_t mapped = stats(p).bytes_mapped;
   b = mtp_pool_alloc(p, 20000);
   moves = 0;
@@ -412,7 +418,8 @@ static void test_realloc(void) {
   st = stats(p);
   printf("the same growth again: %zu moved above 64 KiB, %zu bytes mapped (%zu before)\n", moves,
          st.bytes_mapped, mapped);
-  CHECK_EQ_SZ(moves, 0);
+  /* one move: the medium block (grown in place through its region's free pages) becomes large */
+  CHECK(moves <= 1);
   CHECK_EQ_SZ(st.bytes_returned, ret0);
   CHECK(st.bytes_mapped <= mapped + MiB); /* the small blocks' region at most */
   mtp_free(b);

@@ -97,8 +97,9 @@ typedef struct mtp_stats {
   size_t bytes_reserved;   /* bytes mapped from the OS and not returned (purged pages excluded) */
   size_t bytes_free;       /* bytes_reserved - bytes_in_use: held for reuse, metadata included */
   size_t bytes_mapped;     /* address space mapped, purged pages included */
-  size_t large_blocks;     /* blocks above the largest size class, mapped one each */
-  size_t large_bytes;      /* bytes mapped for those */
+  size_t large_blocks;     /* blocks above the largest size class: medium (up to 256 KiB, pages
+                              of the pool's regions) and large (mapped one each) */
+  size_t large_bytes;      /* bytes those take (medium: whole 64 KiB pages) */
   uint64_t allocs;         /* cumulative successful allocations */
   uint64_t frees;          /* cumulative frees (allocs - blocks_in_use) */
   uint64_t remote_frees;   /* cumulative frees by a thread other than the block's owner (0 in checked mode) */
@@ -244,7 +245,8 @@ MTP_API int mtp_pool_options(mtp_pool_t *pool, mtp_options_t *out) MTP_NOEXCEPT;
  * Heap walk
  * ----------------------------------------------------------------------------------------------*/
 
-/* The class a heap walk gives a large block (one mapped for itself, above 32 KiB). */
+/* The class a heap walk gives a block above 32 KiB (a medium block of region pages, or a large
+ * one mapped for itself). */
 #define MTP_VISIT_LARGE 0xffffffffu
 
 /* Called for each live block: block is its start (what the allocation returned), usable its

@@ -87,6 +87,8 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   /* the smallest class whose every block is aligned enough (blocks are never headed) */
   unsigned cls = mtp__class_aligned(size ? size : 1, alignment);
   if (cls < MTP_NUM_CLASSES) return mtp__heap_alloc_class(pool, cls);
+  /* a medium block starts on a page: 64 KiB aligned */
+  if (size <= MTP_SPAN_MAX && alignment <= MTP_PAGE_SIZE) return mtp__span_alloc(pool, size, false);
   return mtp__large_alloc(pool, size, alignment);
 }
 
@@ -98,10 +100,11 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
   return alloc_aligned(pool ? mtp__pool_in(pool) : mtp__default(), size, alignment);
 }
 
-/* A fresh mapping is zero: no memset faulting in all its pages (large.c). */
+/* Pages never touched or purged, and a fresh mapping, are zero: no memset faulting in all their
+ * pages (span.c, large.c). */
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
-  if (!p->check) return mtp__large_alloc_zero(p, n);
+  if (!p->check) return n <= MTP_SPAN_MAX ? mtp__span_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
   void *b = mtp_pool_alloc(pool, n);
   if (b != NULL) memset(b, 0, n);
   return b;
@@ -167,6 +170,10 @@ void mtp_free(void *p) {
 
 static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
   mtpi_page_t *h = mtp__page_head(s);
+  if (h->kind == MTP_PAGE_SPAN) {
+    mtp__span_free(p, size, true);
+    return;
+  }
   if (h->kind == MTP_PAGE_SLAB) {
     if (h->checked) {
       mtp__checked_free(h, p, size, true);
@@ -207,14 +214,19 @@ void mtp_free_sized(void *p, size_t size) {
 /* ---- queries and realloc ---- */
 
 /* Finds p's block: false if p is not the start of a block mtpool handed out (as far as can be
- * told without checked mode). */
+ * told without checked mode). *slab_out: its slab or medium block's descriptor, NULL for a large
+ * block. */
 static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
                    mtpi_page_t **slab_out) {
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
     mtpi_page_t *s = mtp__slab_of(u);
-    if (s->kind != MTP_PAGE_SLAB) return false;
-    if (s->checked) { /* a checked block's user address may be past its front guard */
+    if (s->kind == MTP_PAGE_SPAN) {
+      if ((const char *)p != mtp__page_start(s)) return false;
+      *usable_out = mtp__span_usable(s);
+    } else if (s->kind != MTP_PAGE_SLAB) {
+      return false;
+    } else if (s->checked) { /* a checked block's user address may be past its front guard */
       if (!mtp__checked_lookup(s, p, usable_out)) return false;
     } else {
       if ((size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
@@ -255,8 +267,11 @@ void *mtp_realloc(void *p, size_t size) {
     return NULL;
   }
   /* Keep the block when the new size maps to its size class, so that a sized free with either
-   * size stays valid. */
+   * size stays valid. (A medium block's cls is MTP_NUM_CLASSES: never equal.) */
   if (s != NULL && !s->checked && size <= MTP_MAX_SMALL && mtp__class_of(size) == s->cls) return p;
+  /* A medium block that stays medium: grown into the free pages after it, or shrunk, in place. */
+  bool span = s != NULL && s->kind == MTP_PAGE_SPAN;
+  if (span && size > MTP_MAX_SMALL && size <= MTP_SPAN_MAX && mtp__span_resize(p, size)) return p;
   /* A large block that stays large is resized in its mapping (mremap: no copy), with an eighth
    * more room when it grows, as a growing buffer usually grows again; one that becomes large
    * gets that room at once. Checked pools keep the exact canary: they copy. */
@@ -266,7 +281,9 @@ void *mtp_realloc(void *p, size_t size) {
       q = mtp__large_resize(p, size, size / 8);
       if (q != NULL) return q;
     }
-    q = mtp__large_alloc_room(pool, size, size / 8);
+    /* one that becomes medium gets its pages (which realloc grows in place while it can) */
+    q = size <= MTP_SPAN_MAX ? mtp__span_alloc(pool, size, false)
+                             : mtp__large_alloc_room(pool, size, size / 8);
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);
   }

@@ -1,4 +1,5 @@
-/* Statistics: gathered on demand by walking a pool's slab descriptors, heaps and large blocks.
+/* Statistics: gathered on demand by walking a pool's slab descriptors, heaps and large blocks
+ * (medium blocks, spans of region pages, are counted with the large ones).
  * The fast path keeps only plain per-slab and per-heap counters; reading those from here races
  * with their owners by design (see MTP_NO_TSAN): figures are exact once threads are quiet.
  * Reports are formatted into a stack buffer and written with fputs: nothing here allocates from
@@ -18,11 +19,16 @@ MTP_NO_TSAN static size_t slab_in_use(mtpi_page_t *s) {
   return base > pending ? base - pending : 0;
 }
 
-/* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot. */
-MTP_NO_TSAN static void slab_account(mtpi_page_t *s, mtp_stats_t *out) {
-  if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB) return;
+/* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot.
+ * Returns the bytes of s if it is a medium block (0 otherwise): a SPAN descriptor is written only
+ * under the pool lock, which the caller holds, so that figure is exact (the cache path writes
+ * SLAB over SLAB, never SPAN). */
+MTP_NO_TSAN static size_t slab_account(mtpi_page_t *s, mtp_stats_t *out) {
+  uint8_t kind = *(volatile uint8_t *)&s->kind;
+  if (kind == MTP_PAGE_SPAN) return mtp__span_usable(s);
+  if (kind != MTP_PAGE_SLAB) return 0;
   unsigned cls = s->cls;
-  if (cls >= MTP_NUM_CLASSES) return;
+  if (cls >= MTP_NUM_CLASSES) return 0;
   mtp_class_stats_t *cs = &out->classes[cls];
   size_t n = slab_in_use(s);
   /* frees waiting on the remote list are remote frees already */
@@ -32,6 +38,7 @@ MTP_NO_TSAN static void slab_account(mtpi_page_t *s, mtp_stats_t *out) {
   cs->slab_bytes += (size_t)s->pages << MTP_PAGE_SHIFT;
   out->blocks_in_use += n;
   out->bytes_in_use += n * s->block_size;
+  return 0;
 }
 
 MTP_NO_TSAN static uint64_t heap_allocs(mtpi_member_t *m) { return *(volatile uint64_t *)&m->allocs; }
@@ -45,13 +52,17 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   out->num_classes = MTP_NUM_CLASSES;
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) out->classes[c].block_size = mtp__class_size[c];
   uint64_t allocs, remote;
+  size_t spans = 0, span_bytes = 0; /* medium blocks: in the regions, shown as large blocks */
   mtp__pool_lock(p);
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
-    for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
-      slab_account(&r->pages[i], out);
+    for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
+      size_t n = slab_account(&r->pages[i], out);
+      spans += n != 0;
+      span_bytes += n;
+    }
   }
-  allocs = p->dead_allocs + p->checked_allocs;
+  allocs = p->dead_allocs + p->checked_allocs + p->span_allocs;
   remote = p->dead_remote;
   for (mtpi_node_t *it = p->members; it; it = it->next) {
     mtpi_member_t *m = MTP_CONTAINER(it, mtpi_member_t, link);
@@ -62,15 +73,17 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   out->bytes_reserved = p->rs.mapped_bytes - p->rs.clean_bytes;
   mtp__pool_unlock(p);
   pthread_mutex_lock(&mtp__large_lock);
-  out->large_blocks = p->large_count;
-  out->large_bytes = p->large_bytes;
+  size_t large_mapped = p->large_bytes;
+  out->large_blocks = p->large_count + spans;
+  out->large_bytes = p->large_bytes + span_bytes;
   size_t large_cached = p->large_cached_bytes; /* freed mappings kept for reuse: free, not in use */
   allocs += p->large_allocs;
   pthread_mutex_unlock(&mtp__large_lock);
   out->blocks_in_use += out->large_blocks;
   out->bytes_in_use += out->large_bytes;
-  out->bytes_mapped += out->large_bytes + large_cached;
-  out->bytes_reserved += out->large_bytes + large_cached;
+  /* medium blocks' pages are in the regions' figures already */
+  out->bytes_mapped += large_mapped + large_cached;
+  out->bytes_reserved += large_mapped + large_cached;
   out->bytes_free = out->bytes_reserved > out->bytes_in_use ? out->bytes_reserved - out->bytes_in_use : 0;
   out->allocs = allocs;
   out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;

@@ -35,10 +35,13 @@ MTP_NO_TSAN static void mark_list(const mtpi_page_t *s, char *start, char *bump,
   }
 }
 
-/* Pool lock held. Visit the live blocks of slab s; nonzero: visit's stop value. */
+/* Pool lock held. Visit the live blocks of slab s (or the medium block s); nonzero: visit's stop
+ * value. */
 MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, mtp_visit_fn visit, void *arg) {
-  if (*(volatile uint8_t *)&s->kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE ||
-      s->list == MTP_LIST_POOL_EMPTY)
+  uint8_t kind = *(volatile uint8_t *)&s->kind;
+  /* a medium block's descriptor changes only under the pool lock: exact */
+  if (kind == MTP_PAGE_SPAN) return visit(arg, mtp__page_start(s), mtp__span_usable(s), MTP_VISIT_LARGE);
+  if (kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE || s->list == MTP_LIST_POOL_EMPTY)
     return 0;
   uint32_t bs = s->block_size, cap = s->capacity;
   if (s->cls >= MTP_NUM_CLASSES || bs == 0 || cap > MAX_BLOCKS) return 0;

@@ -69,7 +69,13 @@
 #define MTP_PAGE_SHIFT 16
 #define MTP_PAGE_SIZE ((size_t)1 << MTP_PAGE_SHIFT)
 #define MTP_PAGES_PER_REGION (MTP_REGION_SIZE / MTP_PAGE_SIZE)
-#define MTP_MAX_SMALL 32768  /* largest size class; above it, large blocks (pool/large.c) */
+#define MTP_MAX_SMALL 32768  /* largest size class; above it, medium and large blocks */
+/* Medium blocks: a request in (MTP_MAX_SMALL, MTP_SPAN_MAX] gets a span of whole pages of the
+ * pool's regions (pool/span.c); above it, a large block (pool/large.c). At most a region's usable
+ * pages (region.h checks). */
+#ifndef MTP_SPAN_MAX
+#define MTP_SPAN_MAX ((size_t)256 << 10)
+#endif
 #define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
 #define MTP_UPPER_SHIFT 4    /* the upper table's step, 16 B: every class above 1 KiB is a multiple */
 #define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
@@ -101,8 +107,9 @@ typedef struct mtpi_thread mtpi_thread_t;
 typedef struct mtpi_region mtpi_region_t;
 typedef struct mtp_pool mtpi_pool_t; /* the public opaque type's definition (pool layer) */
 
-/* What a page descriptor describes (written by the region layer under the pool lock). */
-enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3 };
+/* What a page descriptor describes (written by the region layer, and for SPAN by pool/span.c,
+ * under the pool lock). SPAN: the first page of a medium block (see mtpi_page_t). */
+enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3, MTP_PAGE_SPAN = 4 };
 /* Which list a slab's `link` is on (written by whoever owns that list). */
 enum {
   MTP_LIST_NONE = 0,
@@ -142,6 +149,13 @@ enum {
 /* The page descriptor: one per 64 KiB page of a region, out of band in the region header. A slab
  * spans `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
  * (head_delta leads back to the first). A FREE page's descriptor keeps only free_time_ms.
+ *
+ * A medium block (pool/span.c) is a SPAN: `pages` pages, its first descriptor of kind SPAN, the
+ * others TAIL as for a slab. Every field of a SPAN descriptor is written under the pool lock,
+ * while the block is handed out, resized in place (realloc) or freed: block_size holds the
+ * requested size, `pages` the length; owner is 0 (so every free of it misses the fast path and
+ * reaches mtp__heap_free_slow), cls is MTP_NUM_CLASSES, size_min/size_span make a sized free's
+ * class compare fail (UINT32_MAX, 0), thread_free is 0 and it is on no list.
  *
  * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
  * owning thread's token) or DETACHED (no owner: full when its owner moved on, or abandoned at
@@ -345,6 +359,7 @@ struct mtp_pool {
   mtpi_page_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
+  uint64_t span_allocs;              /* cumulative medium blocks (pool/span.c) */
   /* checked mode's quarantine (heap/checked.c): freed blocks held back from reuse, oldest at
    * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
    * checked free) */

@@ -215,7 +215,8 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
 
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
-  if (MTP_UNLIKELY(size > MTP_MAX_SMALL)) return mtp__large_alloc(pool, size, 0);
+  if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
+    return size <= MTP_SPAN_MAX ? mtp__span_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
   return mtp__heap_alloc_class(pool, mtp__class_of(size));
 }
 
@@ -297,6 +298,12 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
 
 static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   mtpi_page_t *s = mtp__page_head(d);
+  /* A medium block (pool/span.c): its owner word is 0, so every free of one comes here, from
+   * any thread; it goes back under the pool lock, which re-checks the descriptor. */
+  if (s->kind == MTP_PAGE_SPAN) {
+    mtp__span_free(b, 0, false);
+    return;
+  }
   if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {
     mtp__error(s->kind == MTP_PAGE_FREE ? MTP_ERR_DOUBLE_FREE : MTP_ERR_INVALID_POINTER,
                s->kind == MTP_PAGE_FREE ? "double free (block's slab is already free)"

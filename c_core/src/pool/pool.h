@@ -112,6 +112,21 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
 /* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
 void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
 
+/* ---- medium blocks (span.c: pages of the pool's regions; rules there) ---- */
+/* A medium block of size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX, or smaller for an
+ * alignment up to MTP_PAGE_SIZE), for a pool that is not checked; zero: its first size bytes read
+ * as zero (calloc). 64 KiB aligned. NULL + ENOMEM. Takes the pool lock. */
+void *mtp__span_alloc(mtpi_pool_t *pool, size_t size, bool zero);
+/* Free p, whose page's head descriptor was seen as SPAN (checking size if sized); misuse is
+ * reported (double free, interior pointer, wrong size). From any thread: takes the pool lock and
+ * may purge (errno is the caller's to keep). */
+void mtp__span_free(void *p, size_t size, bool sized);
+/* Resize the medium block p in place to size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX): false
+ * if the pages after it are not free (p unchanged). Takes the pool lock. */
+bool mtp__span_resize(void *p, size_t size);
+/* The usable size of a medium block (its pages). */
+static inline size_t mtp__span_usable(const mtpi_page_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
+
 /* ---- large blocks (large.c; a freed block's mapping is cached: see there) ---- */
 /* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held. */
 void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);

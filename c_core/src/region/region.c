@@ -1,6 +1,6 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
  * the page descriptors sit in the first pages; the rest are handed out as spans of 1..4 pages
- * (aligned to their length) for slabs. Free pages are tracked in two bitmaps: free, and free but
+ * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are tracked in two bitmaps: free, and free but
  * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
  * are all free and clean is unmapped. The region's first page is a PROT_NONE guard, so that a
  * mapping just below (a large block) cannot overflow into the header. Everything here runs under
@@ -314,11 +314,10 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
   return s;
 }
 
-void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
-  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
-  MTP_ASSERT(r->h.set == rs && s->kind != MTP_PAGE_FREE && s->kind != MTP_PAGE_TAIL);
-  unsigned first = (unsigned)(s - r->pages), pages = s->pages;
-  mtp__track_poison(mtp__page_start(s), (size_t)pages << MTP_PAGE_SHIFT);
+/* Pages first .. first + pages - 1 of r become free (and dirty) at now_ms. */
+static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned pages,
+                     uint64_t now_ms) {
+  mtp__track_poison((char *)r + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
   for (unsigned i = first; i < first + pages; i++) {
     mtpi_page_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
@@ -337,6 +336,114 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
     rlist_remove(rs, r);
     rlist_push_front(rs, r);
   }
+}
+
+void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
+  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  MTP_ASSERT(r->h.set == rs && s->kind != MTP_PAGE_FREE && s->kind != MTP_PAGE_TAIL);
+  free_run(rs, r, (unsigned)(s - r->pages), s->pages, now_ms);
+}
+
+/* ---- runs of any length (medium blocks) ---- */
+
+/* A run lies in one bitmap word: a region's 64 pages are one word. */
+_Static_assert(WORDS == 1, "runs are searched within one bitmap word");
+_Static_assert(MTP_SPAN_MAX <= (size_t)MTP_REGION_USABLE_PAGES << MTP_PAGE_SHIFT,
+               "a medium block fits in a region");
+
+/* Positions i where bits i..i+k-1 of w are all set (k >= 1): each step doubles the run length
+ * known at every position, the last one tops it up to k. */
+static uint64_t runs_any(uint64_t w, unsigned k) {
+  for (unsigned have = 1; have < k && w != 0;) {
+    unsigned step = have < k - have ? have : k - have;
+    w &= w >> step;
+    have += step;
+  }
+  return w;
+}
+
+/* Take pages at .. at + pages - 1 of r (all free); returns which of them were dirty (bit i for
+ * page at + i). Descriptors are the caller's to set. */
+static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages) {
+  uint64_t dirty = 0;
+  for (unsigned i = at; i < at + pages; i++) {
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    MTP_ASSERT(r->h.free_mask[i / 64] & bit);
+    if (r->h.dirty_mask[i / 64] & bit)
+      dirty |= (uint64_t)1 << (i - at);
+    else
+      rs->clean_bytes -= MTP_PAGE_SIZE;
+    r->h.free_mask[i / 64] &= ~bit;
+    r->h.dirty_mask[i / 64] &= ~bit;
+  }
+  r->h.free_pages -= pages;
+  if (r->h.free_pages == 0) { /* full: to the back */
+    rlist_remove(rs, r);
+    rlist_push_back(rs, r);
+  }
+  return dirty;
+}
+
+/* Descriptors head[from .. to - 1] become TAILs of head. */
+static void set_tails(mtpi_page_t *head, unsigned from, unsigned to) {
+  for (unsigned i = from; i < to; i++) {
+    memset(&head[i], 0, sizeof(mtpi_page_t));
+    head[i].kind = MTP_PAGE_TAIL;
+    head[i].head_delta = (uint16_t)i;
+  }
+}
+
+mtpi_page_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty) {
+  MTP_ASSERT(pages >= 1 && pages <= USABLE_PAGES);
+  mtpi_region_t *found = NULL;
+  uint64_t runs = 0, mask = 0;
+  for (int pass = 0; pass < 2 && found == NULL; pass++)
+    for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
+      if (r->h.free_pages < pages) continue;
+      mask = pass == 0 ? r->h.free_mask[0] & r->h.dirty_mask[0] : r->h.free_mask[0];
+      runs = runs_any(mask, pages);
+      if (runs != 0) {
+        found = r;
+        break;
+      }
+    }
+  if (found == NULL) {
+    found = region_new(rs);
+    if (found == NULL) return NULL;
+    mask = found->h.free_mask[0];
+    runs = runs_any(mask, pages);
+  }
+  MTP_ASSERT(runs != 0);
+  /* The highest stretch of free pages that fits, from its start: the pages after the run stay
+   * free for realloc to grow into. */
+  unsigned at = 63u - (unsigned)__builtin_clzll(runs);
+  while (at > 0 && (mask >> (at - 1) & 1)) at--;
+  *dirty = take_run(rs, found, at, pages);
+  mtpi_page_t *s = &found->pages[at];
+  s->pages = (uint8_t)pages;
+  set_tails(s, 1, pages);
+  return s;
+}
+
+bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages) {
+  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  unsigned at = (unsigned)(s - r->pages), old = s->pages;
+  MTP_ASSERT(r->h.set == rs && pages > old);
+  if (at + pages > MTP_PAGES_PER_REGION) return false;
+  uint64_t want = runs_any(r->h.free_mask[0], pages - old);
+  if (!(want >> (at + old) & 1)) return false;
+  (void)take_run(rs, r, at + old, pages - old);
+  set_tails(s, old, pages);
+  s->pages = (uint8_t)pages;
+  return true;
+}
+
+void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages, uint64_t now_ms) {
+  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  unsigned at = (unsigned)(s - r->pages), old = s->pages;
+  MTP_ASSERT(r->h.set == rs && pages >= 1 && pages < old);
+  free_run(rs, r, at + pages, old - pages, now_ms);
+  s->pages = (uint8_t)pages;
 }
 
 size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force) {
@@ -419,13 +526,21 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
       MTP_ASSERT(!dirty || is_free);
       free_pages += is_free;
-      if (d->kind == MTP_PAGE_SLAB) {
-        MTP_ASSERT(d->pages == 1 || d->pages == 2 || d->pages == 4);
-        MTP_ASSERT(i % d->pages == 0 && i + d->pages <= MTP_PAGES_PER_REGION);
+      if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_SPAN) {
+        if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1, 2 or 4 pages, aligned to their length */
+          MTP_ASSERT(d->pages == 1 || d->pages == 2 || d->pages == 4);
+          MTP_ASSERT(i % d->pages == 0);
+        } else { /* a medium block: the pages its size needs, owned by no thread */
+          MTP_ASSERT(d->pages >= 1 && (size_t)d->pages << MTP_PAGE_SHIFT >= d->block_size);
+          MTP_ASSERT(mtp__load_relaxed(&d->owner) == 0 && d->cls == MTP_NUM_CLASSES);
+        }
+        MTP_ASSERT(i + d->pages <= MTP_PAGES_PER_REGION);
         for (unsigned k = 1; k < d->pages; k++)
           MTP_ASSERT(d[k].kind == MTP_PAGE_TAIL && d[k].head_delta == k);
       } else if (d->kind == MTP_PAGE_TAIL) {
-        MTP_ASSERT(d->head_delta > 0 && d->head_delta <= i && (d - d->head_delta)->kind == MTP_PAGE_SLAB);
+        MTP_ASSERT(d->head_delta > 0 && d->head_delta <= i);
+        mtpi_page_t *h = d - d->head_delta;
+        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_SPAN) && d->head_delta < h->pages);
       }
     }
     MTP_ASSERT(free_pages == r->h.free_pages);

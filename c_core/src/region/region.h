@@ -70,6 +70,22 @@ void mtp__region_unclaim(mtpi_region_t **hint);
  * pages changes nothing. Returns true if it left free pages resident (a purge will be due). */
 bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len);
 void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
+/* Runs of any length, for medium blocks (pool/span.c). A run of `pages` contiguous free pages
+ * (1..MTP_REGION_USABLE_PAGES), aligned to one page only: its first descriptor, kind still FREE
+ * for the caller to format, `pages` set, TAIL descriptors set. A run of pages that may be
+ * resident is taken first (anywhere: no page faults, and freed memory is reused), then any run of
+ * free pages, then one of a new region; never claimed by a heap, never faulted in ahead. In a
+ * region, the start of the highest stretch of such pages that holds the run: the stretch's other
+ * pages stay free after it for realloc to grow into.
+ * *dirty: bit i set if page i of the run may be resident (a clear bit: never touched or purged,
+ * so it reads as zero). NULL + ENOMEM. */
+mtpi_page_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty);
+/* Grow the run s (a span's first descriptor) to `pages` pages in place, if the pages after it
+ * are free; false leaves it unchanged. The new pages are poisoned for tools (the caller
+ * unpoisons what it hands out). */
+bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages);
+/* Shrink the run s to `pages` pages (>= 1): the pages after it become free at now_ms. */
+void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages, uint64_t now_ms);
 /* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
  * not force); unmap regions left entirely free and clean. In a region advised for huge pages
  * (MTPOOL_HUGEPAGES) a huge range is purged in one step once all its free pages are due: whole

@@ -1,0 +1,181 @@
+/* Medium blocks: a request in (MTP_MAX_SMALL, MTP_SPAN_MAX] of a pool that is not checked gets a
+ * span: ceil(size / 64 KiB) contiguous pages of the pool's regions (mtp__region_alloc_run), its
+ * first page descriptor of kind SPAN, the others TAIL (types.h, mtpi_page_t). Layer: pool.
+ *
+ * Compared with a large block (large.c): no mapping of its own, no hash, no process-wide lock. A
+ * free finds the span from the address as a small free finds its slab (chunk map, descriptor by
+ * masking, head by head_delta); its owner word is 0, so the free fast path misses and
+ * mtp__heap_free_slow dispatches on the kind. A freed span's pages go back to the region as free
+ * pages under the pool lock, like a released slab's: any slab or span reuses them, and they are
+ * purged after the pool's delay. So no system call is made while the regions have room.
+ *
+ * Rules:
+ *   - every change of a SPAN descriptor (format, resize, free) and of its pages happens under the
+ *     pool lock. A free from any thread takes that lock; there is no owner and no remote list.
+ *     (A remote free of a large block takes a process-wide lock; a pool's lock is narrower. A
+ *     program that frees medium blocks from many threads at once queues on it: not measured yet.)
+ *   - a free re-reads the descriptor under the lock: a span whose pages are free already is a
+ *     double free (MTP_ERR_DOUBLE_FREE); an address that is not a live span's first byte is an
+ *     invalid pointer (MTP_ERR_INVALID_POINTER). Once the pages are reused (by a slab or another
+ *     span) a second free is what the new owner of the address makes of it, as for small blocks.
+ *   - the usable size is the span's whole pages; a sized free accepts what a large block's does:
+ *     any size up to the usable size that is at least the requested size or above MTP_MAX_SMALL.
+ *   - calloc: a page taken clean (never touched, or purged) reads as zero and is not written; only
+ *     the pages that may be resident are cleared (so untouched pages are not faulted in).
+ *   - realloc grows a span in place when the pages after it are free, and shrinks it in place
+ *     (its tail pages become free); else the caller moves the block.
+ *   - a freed span's first FREED_BYTES hold a pattern, and its first descriptor (FREE now) keeps
+ *     FREED_MARK in block_size, until a slab or span's format overwrites it. A span taken again
+ *     from that page while it is still dirty verifies the pattern: a write after free into the
+ *     start of a medium block is reported then (MTP_ERR_USE_AFTER_FREE), as for large blocks.
+ *     All zero bytes pass too: a page purged and then faulted in ahead (region.c) is zero. Writes
+ *     further in, writes of zeros, and pages reused by slabs first are not found.
+ *   - checked pools keep the large path (its canary and quarantine), so spans are never checked.
+ * For tools, a span's pages are unpoisoned (ASan) and marked defined (memcheck) when handed out,
+ * poisoned by the region layer when freed, as large blocks' ranges are. */
+#include <errno.h>
+#include <string.h>
+
+#include "base/os.h"
+#include "base/track.h"
+#include "pool.h"
+
+#define FREED_BYTES 128
+#define FREED_FILL 0xDF
+#define FREED_MARK UINT32_MAX /* a FREE descriptor's block_size: a freed span's first page */
+
+/* The freed pattern is intact (or the page was purged: all zero). A word at a time, with no
+ * early exit: 16 loads (a byte loop cost 1,800 instructions per reuse, measured with callgrind). */
+static bool freed_fill_ok(const unsigned char *b) {
+  uint64_t fill = 0, zero = 0;
+  for (unsigned i = 0; i < FREED_BYTES; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    fill |= w ^ (0x0101010101010101ull * FREED_FILL);
+    zero |= w;
+  }
+  return fill == 0 || zero == 0;
+}
+
+static unsigned pages_for(size_t size) {
+  size_t n = (size + MTP_PAGE_SIZE - 1) >> MTP_PAGE_SHIFT;
+  return n ? (unsigned)n : 1;
+}
+
+/* Pool lock held: s, just taken from the region layer, becomes a medium block of `size` bytes. */
+static void span_format(mtpi_page_t *s, size_t size) {
+  s->kind = MTP_PAGE_SPAN;
+  s->block_size = (uint32_t)size;
+  s->cls = MTP_NUM_CLASSES;
+  s->size_min = UINT32_MAX; /* a sized free's class compare always fails: the slow path checks */
+  s->size_span = 0;
+  s->free = NULL;
+  s->used = 0;
+  s->bump = NULL;
+  s->end = mtp__page_start(s) + ((size_t)s->pages << MTP_PAGE_SHIFT);
+  s->capacity = 1;
+  s->detached_used = 0;
+  s->list = MTP_LIST_NONE;
+  s->checked = 0;
+  s->check_bits = NULL;
+  mtp__store_relaxed(&s->owner, 0);       /* relaxed: published by the pool unlock */
+  mtp__store_relaxed(&s->heap, 0);
+  mtp__store_relaxed(&s->thread_free, 0);
+}
+
+void *mtp__span_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
+  MTP_ASSERT(size <= MTP_SPAN_MAX && !pool->check);
+  unsigned pages = pages_for(size);
+  uint64_t dirty = 0;
+  mtp__pool_lock(pool);
+  MTP_VALIDATE(mtp__region_validate(&pool->rs));
+  mtpi_page_t *s = mtp__region_alloc_run(&pool->rs, pages, &dirty);
+  bool verify = false;
+  if (s != NULL) {
+    verify = s->block_size == FREED_MARK && (dirty & 1);
+    span_format(s, size);
+    pool->span_allocs++;
+  }
+  mtp__pool_unlock(pool);
+  if (s == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  char *b = mtp__page_start(s);
+  size_t len = (size_t)pages << MTP_PAGE_SHIFT;
+  mtp__track_unmap(b, len);
+  mtp__track_defined(b, len);
+  if (verify && !freed_fill_ok((const unsigned char *)b)) /* the caller gets the span all the same */
+    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
+  /* The span is ours alone now: clear, outside the lock, only the pages that may hold old bytes
+   * and only up to the requested size. */
+  for (; zero && dirty != 0; dirty &= dirty - 1) {
+    size_t at = (size_t)__builtin_ctzll(dirty) << MTP_PAGE_SHIFT;
+    if (at < size) memset(b + at, 0, size - at < MTP_PAGE_SIZE ? size - at : MTP_PAGE_SIZE);
+  }
+  return b;
+}
+
+void mtp__span_free(void *p, size_t size, bool sized) {
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)p);
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  int err = 0;
+  const char *what = NULL;
+  mtp__pool_lock(pool);
+  /* The caller saw a SPAN without the lock; only under it is the descriptor stable. */
+  if (s->kind == MTP_PAGE_FREE) {
+    err = MTP_ERR_DOUBLE_FREE;
+    what = "double free (the medium block's pages are already free)";
+  } else if (s->kind != MTP_PAGE_SPAN || (char *)p != mtp__page_start(s)) {
+    err = MTP_ERR_INVALID_POINTER;
+    what = "invalid pointer (not the start of a medium block)";
+  } else if (sized) {
+    if (!(size <= mtp__span_usable(s) && (size >= s->block_size || size > MTP_MAX_SMALL))) {
+      err = MTP_ERR_WRONG_SIZE;
+      what = "wrong size (sized free of a medium block)";
+    }
+  }
+  if (!err) {
+    MTP_VALIDATE(mtp__region_validate(&pool->rs));
+    memset(p, FREED_FILL, FREED_BYTES);
+    /* kept by the region layer in the FREE descriptor (set first: a pool that purges at once may
+     * unmap the region in the release) */
+    s->block_size = FREED_MARK;
+    mtp__pool_release_locked(pool, s, mtp__os_now_ms());
+  }
+  mtp__pool_unlock(pool); /* wakes the purger for the pages just freed */
+  if (err) mtp__error(err, what, p);
+}
+
+bool mtp__span_resize(void *p, size_t size) {
+  MTP_ASSERT(size > MTP_MAX_SMALL && size <= MTP_SPAN_MAX);
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)p);
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  unsigned want = pages_for(size), old;
+  bool ok = true;
+  mtp__pool_lock(pool);
+  MTP_ASSERT(s->kind == MTP_PAGE_SPAN && (char *)p == mtp__page_start(s));
+  old = s->pages;
+  if (want < old) {
+    mtp__region_shrink_run(&pool->rs, s, want, mtp__os_now_ms());
+    /* the freed tail as mtp__pool_release_locked treats freed pages */
+    if (pool->purge_delay_ms == 0)
+      mtp__u64_add_relaxed(&pool->bytes_returned, mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
+    else if (pool->purge_delay_ms > 0)
+      pool->purge_due = true;
+  } else if (want > old) {
+    ok = mtp__region_grow_run(&pool->rs, s, want);
+  }
+  if (ok) {
+    s->block_size = (uint32_t)size;
+    s->end = mtp__page_start(s) + ((size_t)s->pages << MTP_PAGE_SHIFT);
+  }
+  mtp__pool_unlock(pool);
+  if (ok && want > old) {
+    char *from = (char *)p + ((size_t)old << MTP_PAGE_SHIFT);
+    size_t len = (size_t)(want - old) << MTP_PAGE_SHIFT;
+    mtp__track_unmap(from, len);
+    mtp__track_defined(from, len);
+  }
+  return ok;
+}

@@ -1,0 +1,482 @@
+/* Medium blocks (above 32 KiB, up to MTP_SPAN_MAX): spans of 64 KiB pages of the pool's regions
+ * (c_core/src/pool/span.c). Sizes, alignment and usable size; statistics and the heap walk; a
+ * freed span's pages reused by a small class with no new region; calloc (zero, untouched pages
+ * not faulted in); realloc in place (grow, shrink) and across small, medium and large; the exact
+ * reports of misuse (double free, interior pointer, wrong size, a write after free); trim,
+ * purge after the delay, destroy; the region accounting under churn (MTPOOL_DEBUG=2 builds
+ * validate it at every span operation); fork; two threads allocating and freeing each other's
+ * spans (for TSan). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mtpool/mtpool.h"
+#include "base/types.h" /* MTP_SPAN_MAX, MTP_PAGE_SIZE, MTP_MAX_SMALL */
+#include "testhelper.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define PAGE MTP_PAGE_SIZE
+
+static int g_err, g_errs;
+static void *g_err_ptr;
+static void on_error(int err, const char *msg, void *p, void *arg) {
+  (void)msg, (void)arg;
+  g_err = err;
+  g_err_ptr = p;
+  g_errs++;
+}
+
+static mtp_pool_t *make_pool(long delay_ms) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.name = "span";
+  o.purge_delay_ms = delay_ms;
+  mtp_pool_t *p = mtp_pool_create(&o);
+  REQUIRE(p != NULL, "pool_create");
+  return p;
+}
+
+static mtp_stats_t stats(mtp_pool_t *p) {
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(p, &st) == 0);
+  return st;
+}
+
+static size_t pages_of(size_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
+
+static void test_sizes_and_stats(void) {
+  mtp_pool_t *p = make_pool(60000);
+  const size_t sizes[] = {MTP_MAX_SMALL + 1, 40000, PAGE, PAGE + 1, 100 * KiB, 200 * KiB, MTP_SPAN_MAX};
+  enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+  char *b[N];
+  size_t bytes = 0;
+  for (int i = 0; i < N; i++) {
+    b[i] = mtp_pool_alloc(p, sizes[i]);
+    REQUIRE(b[i] != NULL, "alloc %zu", sizes[i]);
+    CHECK(((uintptr_t)b[i] & (PAGE - 1)) == 0); /* a span starts on a page */
+    CHECK_EQ_SZ(mtp_usable_size(b[i]), pages_of(sizes[i]));
+    CHECK(mtp_pool_of(b[i]) == p);
+    memset(b[i], i + 1, mtp_usable_size(b[i]));
+    bytes += pages_of(sizes[i]);
+  }
+  mtp_stats_t st = stats(p);
+  CHECK_EQ_SZ(st.large_blocks, N);
+  CHECK_EQ_SZ(st.large_bytes, bytes);
+  CHECK_EQ_SZ(st.blocks_in_use, N);
+  CHECK_EQ_SZ(st.bytes_in_use, bytes);
+  CHECK_EQ_SZ(st.allocs, N);
+  /* in the regions: what is mapped is regions, and what is in use is reserved */
+  CHECK(st.bytes_mapped % (4 * MiB) == 0 && st.bytes_reserved >= bytes);
+  for (int i = 0; i < N; i++) {
+    CHECK(b[i][0] == i + 1 && b[i][pages_of(sizes[i]) - 1] == i + 1);
+    mtp_free(b[i]);
+  }
+  st = stats(p);
+  CHECK_EQ_SZ(st.large_blocks, 0);
+  CHECK_EQ_SZ(st.bytes_in_use, 0);
+  CHECK_EQ_SZ(st.frees, N);
+  CHECK(g_errs == 0);
+  /* the next size up is a large block: a mapping of its own */
+  size_t mapped = st.bytes_mapped;
+  char *l = mtp_pool_alloc(p, MTP_SPAN_MAX + 1);
+  REQUIRE(l != NULL, "alloc");
+  CHECK(stats(p).bytes_mapped > mapped);
+  mtp_free(l);
+  mtp_pool_destroy(p);
+}
+
+/* A freed span's pages are free region pages: a small class's slabs take them (resident pages
+ * first) and no region is mapped. */
+static void test_reuse_by_small(void) {
+  mtp_pool_t *p = make_pool(60000);
+  char *s = mtp_pool_alloc(p, MTP_SPAN_MAX);
+  REQUIRE(s != NULL, "alloc");
+  memset(s, 1, MTP_SPAN_MAX);
+  size_t mapped = stats(p).bytes_mapped;
+  mtp_free(s);
+  /* blocks of 4 KiB (one page slabs) until the freed pages are used again, at most a region's */
+  enum { MAX = 1024 };
+  static char *small[MAX];
+  int n = 0, inside = 0;
+  while (n < MAX && inside == 0) {
+    small[n] = mtp_pool_alloc(p, 4096);
+    REQUIRE(small[n] != NULL, "alloc");
+    if (small[n] >= s && small[n] < s + MTP_SPAN_MAX) inside++;
+    n++;
+  }
+  printf("a small block took a freed span's page after %d blocks of 4 KiB\n", n);
+  CHECK(inside > 0);
+  CHECK_EQ_SZ(stats(p).bytes_mapped, mapped); /* no new region */
+  for (int i = 0; i < n; i++) mtp_free(small[i]);
+  /* and a span takes what a slab left */
+  mtp_pool_trim(p);
+  CHECK(g_errs == 0);
+  mtp_pool_destroy(p);
+}
+
+static bool all_zero(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != 0) return false;
+  return true;
+}
+
+/* Resident bytes of [p, p + n) (p page-aligned). */
+static size_t resident(void *p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), k = (n + page - 1) / page, r = 0;
+  unsigned char *v = malloc(k);
+  REQUIRE(v != NULL, "malloc");
+  REQUIRE(mincore(p, n, v) == 0, "mincore");
+  for (size_t i = 0; i < k; i++) r += v[i] & 1;
+  free(v);
+  return r * page;
+}
+
+static void test_calloc(void) {
+  mtp_pool_t *p = make_pool(60000);
+  size_t n = 200 * KiB;
+  /* never-touched pages: zero, and not written (not faulted in) */
+  unsigned char *a = mtp_pool_calloc(p, 1, n);
+  REQUIRE(a != NULL, "calloc");
+  if (!TH_SANITIZED) CHECK(resident(a, n) == 0);
+  CHECK(all_zero(a, n));
+  memset(a, 0xAB, n);
+  mtp_free(a);
+  /* the same pages again, resident and dirty: cleared */
+  unsigned char *b = mtp_pool_calloc(p, n / 1000, 1000);
+  REQUIRE(b != NULL, "calloc");
+  CHECK(b == a);
+  CHECK(all_zero(b, n / 1000 * 1000));
+  memset(b, 0xCD, n / 1000 * 1000);
+  mtp_free(b);
+  /* purged pages are zero again */
+  mtp_pool_trim(p);
+  b = mtp_pool_calloc(p, 1, n);
+  REQUIRE(b != NULL, "calloc");
+  CHECK(all_zero(b, n));
+  mtp_free(b);
+  /* a smaller calloc over the dirty pages: its size cleared */
+  b = mtp_pool_alloc(p, n);
+  memset(b, 0xEE, n);
+  mtp_free(b);
+  b = mtp_pool_calloc(p, 1, 70 * KiB);
+  CHECK(all_zero(b, 70 * KiB));
+  mtp_free(b);
+  CHECK(g_errs == 0);
+  mtp_pool_destroy(p);
+}
+
+static void fill(unsigned char *p, size_t from, size_t to) {
+  for (size_t i = from; i < to; i++) p[i] = (unsigned char)(i * 131 >> 8);
+}
+static bool intact(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (unsigned char)(i * 131 >> 8)) return false;
+  return true;
+}
+
+static void test_realloc(void) {
+  mtp_pool_t *p = make_pool(60000);
+  /* grow in place while the pages after it are free */
+  unsigned char *a = mtp_pool_alloc(p, 40 * KiB);
+  REQUIRE(a != NULL, "alloc");
+  fill(a, 0, 40 * KiB);
+  unsigned char *q = mtp_realloc(a, 150 * KiB);
+  CHECK(q == a);
+  CHECK_EQ_SZ(mtp_usable_size(q), 192 * KiB);
+  CHECK(intact(q, 40 * KiB));
+  fill(q, 40 * KiB, 150 * KiB);
+  CHECK_EQ_SZ(stats(p).large_bytes, 192 * KiB);
+  /* shrink in place: its tail pages are free again */
+  q = mtp_realloc(q, 70 * KiB);
+  CHECK(q == a);
+  CHECK_EQ_SZ(mtp_usable_size(q), 128 * KiB);
+  CHECK_EQ_SZ(stats(p).large_bytes, 128 * KiB);
+  CHECK(intact(q, 70 * KiB));
+  /* a block in the way: the next growth moves */
+  unsigned char *wall = mtp_pool_alloc(p, 64 * KiB);
+  REQUIRE(wall != NULL, "alloc");
+  if (wall == q + 128 * KiB) {
+    unsigned char *r = mtp_realloc(q, 200 * KiB);
+    REQUIRE(r != NULL, "realloc");
+    CHECK(r != q);
+    CHECK(intact(r, 70 * KiB));
+    q = r;
+  }
+  fill(q, 70 * KiB, 100 * KiB);
+  /* medium -> large -> medium (stays in its mapping) -> small -> medium: contents kept */
+  q = mtp_realloc(q, MTP_SPAN_MAX + 100 * KiB);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, 100 * KiB));
+  fill(q, 100 * KiB, MTP_SPAN_MAX + 100 * KiB);
+  q = mtp_realloc(q, 90 * KiB);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, 90 * KiB));
+  q = mtp_realloc(q, 3000);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, 3000));
+  CHECK(mtp_usable_size(q) < 32 * KiB);
+  q = mtp_realloc(q, 60 * KiB);
+  REQUIRE(q != NULL, "realloc");
+  CHECK(intact(q, 3000));
+  CHECK_EQ_SZ(mtp_usable_size(q), 64 * KiB);
+  mtp_free_sized(q, 60 * KiB);
+  mtp_free(wall);
+  CHECK_EQ_SZ(stats(p).blocks_in_use, 0);
+  CHECK(g_errs == 0);
+  mtp_pool_destroy(p);
+}
+
+static void test_aligned(void) {
+  mtp_pool_t *p = make_pool(60000);
+  size_t mapped0 = stats(p).bytes_mapped;
+  void *a = mtp_pool_alloc_aligned(p, 100, PAGE); /* no class: a one-page span */
+  void *b = mtp_pool_alloc_aligned(p, 100 * KiB, PAGE);
+  void *c = mtp_pool_alloc_aligned(p, 100 * KiB, 2 * PAGE); /* beyond a page: a large block */
+  REQUIRE(a && b && c, "aligned");
+  CHECK(((uintptr_t)a & (PAGE - 1)) == 0 && ((uintptr_t)b & (PAGE - 1)) == 0);
+  CHECK(((uintptr_t)c & (2 * PAGE - 1)) == 0);
+  CHECK_EQ_SZ(mtp_usable_size(a), PAGE);
+  mtp_stats_t st = stats(p);
+  CHECK_EQ_SZ(st.large_blocks, 3);
+  CHECK(st.bytes_mapped >= mapped0 + 4 * MiB);
+  mtp_free_sized(a, 100); /* the requested size */
+  mtp_free_sized(b, 128 * KiB); /* the usable size */
+  mtp_free(c);
+  CHECK(g_errs == 0);
+  mtp_pool_destroy(p);
+}
+
+static int visit_count(void *arg, void *block, size_t usable, unsigned cls) {
+  size_t *c = arg;
+  if (cls == MTP_VISIT_LARGE) {
+    c[0]++;
+    c[1] += usable;
+    c[2] ^= (size_t)(uintptr_t)block;
+  }
+  return 0;
+}
+
+static void test_visit(void) {
+  mtp_pool_t *p = make_pool(60000);
+  char *a = mtp_pool_alloc(p, 50 * KiB), *b = mtp_pool_alloc(p, 130 * KiB);
+  char *c = mtp_pool_alloc(p, 100), *d = mtp_pool_alloc(p, 90 * KiB);
+  REQUIRE(a && b && c && d, "alloc");
+  mtp_free(d);
+  size_t got[3] = {0, 0, 0};
+  CHECK(mtp_pool_visit(p, visit_count, got) == 0);
+  CHECK_EQ_SZ(got[0], 2);
+  CHECK_EQ_SZ(got[1], 64 * KiB + 192 * KiB);
+  CHECK_EQ_SZ(got[2], (size_t)(uintptr_t)a ^ (size_t)(uintptr_t)b);
+  mtp_free(a);
+  mtp_free(b);
+  mtp_free(c);
+  mtp_pool_destroy(p);
+}
+
+static void test_misuse(void) {
+  mtp_pool_t *p = make_pool(60000);
+  g_errs = 0;
+  char *a = mtp_pool_alloc(p, 100 * KiB);
+  REQUIRE(a != NULL, "alloc");
+  mtp_free(a + 4096); /* interior, first page */
+  CHECK(g_errs == 1 && g_err == MTP_ERR_INVALID_POINTER && g_err_ptr == a + 4096);
+  mtp_free(a + PAGE + 16); /* interior, a tail page */
+  CHECK(g_errs == 2 && g_err == MTP_ERR_INVALID_POINTER && g_err_ptr == a + PAGE + 16);
+  mtp_free_sized(a + PAGE, 100 * KiB); /* interior, sized */
+  CHECK(g_errs == 3 && g_err == MTP_ERR_INVALID_POINTER);
+  mtp_free_sized(a, 64); /* wrong size */
+  CHECK(g_errs == 4 && g_err == MTP_ERR_WRONG_SIZE && g_err_ptr == a);
+  mtp_free_sized(a, 129 * KiB); /* beyond the usable size */
+  CHECK(g_errs == 5 && g_err == MTP_ERR_WRONG_SIZE);
+  CHECK(mtp_usable_size(a + 8) == 0 && g_errs == 6 && g_err == MTP_ERR_INVALID_POINTER);
+  CHECK_EQ_SZ(stats(p).large_blocks, 1); /* none of that freed it */
+  mtp_free_sized(a, 40 * KiB); /* above MTP_MAX_SMALL, below the usable size: accepted */
+  CHECK(g_errs == 6);
+  mtp_free(a); /* its pages are free: a double free */
+  CHECK(g_errs == 7 && g_err == MTP_ERR_DOUBLE_FREE && g_err_ptr == a);
+  mtp_free_sized(a, 100 * KiB);
+  CHECK(g_errs == 8 && g_err == MTP_ERR_DOUBLE_FREE);
+  errno = 0;
+  CHECK(mtp_realloc(a, 200 * KiB) == NULL && errno == EINVAL && g_errs == 9);
+  CHECK(mtp_pool_of(a) == NULL);
+  CHECK_EQ_SZ(stats(p).frees, 1);
+  /* a write after free into a span's start is reported when a span takes the page again */
+  char *b = mtp_pool_alloc(p, 100 * KiB);
+  REQUIRE(b != NULL, "alloc");
+  mtp_free(b);
+  if (!TH_SANITIZED) { /* (AddressSanitizer reports the write itself) */
+    memset(b, 'W', 16);
+    char *c = mtp_pool_alloc(p, 100 * KiB);
+    CHECK(c == b);
+    CHECK(g_errs == 10 && g_err == MTP_ERR_USE_AFTER_FREE && g_err_ptr == c);
+    mtp_free(c);
+  }
+  g_errs = 0;
+  mtp_pool_destroy(p);
+}
+
+static void test_purge_trim_destroy(void) {
+  mtp_pool_t *p = make_pool(200);
+  char *a = mtp_pool_alloc(p, 200 * KiB);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 1, 200 * KiB);
+  mtp_free(a);
+  mtp_stats_t st = stats(p);
+  CHECK_EQ_SZ(st.bytes_returned, 0);
+  /* after the delay the pages go back (the region, all free, too) */
+  double t0 = th_now();
+  while (stats(p).bytes_returned < 192 * KiB && th_now() - t0 < 5.0) usleep(20000);
+  CHECK(stats(p).bytes_returned >= 192 * KiB);
+  /* trim returns at once; with only spans used, the pool's regions all go */
+  mtp_pool_t *q = make_pool(60000);
+  char *b = mtp_pool_alloc(q, 256 * KiB);
+  memset(b, 1, 256 * KiB);
+  mtp_free(b);
+  CHECK(mtp_pool_trim(q) >= 256 * KiB);
+  CHECK_EQ_SZ(stats(q).bytes_mapped, 0);
+  /* destroy with live spans: they go with the regions */
+  for (int i = 0; i < 20; i++) CHECK(mtp_pool_alloc(q, 100 * KiB + (size_t)i * 4096) != NULL);
+  mtp_pool_destroy(q);
+  mtp_pool_destroy(p);
+  CHECK(g_errs == 0);
+}
+
+/* Random spans, reallocs and small blocks in one pool: contents survive, statistics agree with
+ * what is live, and once all is freed and trimmed nothing stays mapped. In MTPOOL_DEBUG=2 builds
+ * every span operation validates the region accounting (free and dirty masks, free-page counts,
+ * descriptors) first. */
+static void test_churn_accounting(void) {
+  mtp_pool_t *p = make_pool(60000);
+  enum { SLOTS = 96 };
+  unsigned char *blk[SLOTS] = {0};
+  size_t len[SLOTS] = {0};
+  th_rng_t r;
+  th_rng_seed(&r, 17, 18, 2026);
+  for (int step = 0; step < 4000; step++) {
+    int i = (int)th_below(&r, SLOTS);
+    if (blk[i] != NULL) {
+      CHECK(th_verify(blk[i], len[i] < 256 ? len[i] : 256, (uint64_t)i) == (size_t)-1);
+      if (th_below(&r, 3) == 0) {
+        size_t n = 1 + th_below(&r, MTP_SPAN_MAX + 64 * KiB);
+        unsigned char *q = mtp_realloc(blk[i], n);
+        REQUIRE(q != NULL, "realloc");
+        size_t keep = n < len[i] ? n : len[i];
+        CHECK(th_verify(q, keep < 256 ? keep : 256, (uint64_t)i) == (size_t)-1);
+        blk[i] = q;
+        len[i] = n;
+        th_fill(q, n < 256 ? n : 256, (uint64_t)i);
+      } else {
+        if (th_below(&r, 2))
+          mtp_free(blk[i]);
+        else
+          mtp_free_sized(blk[i], len[i]);
+        blk[i] = NULL;
+      }
+    } else {
+      size_t n = th_below(&r, 4) == 0 ? 1 + th_below(&r, 4096) : MTP_MAX_SMALL + 1 + th_below(&r, MTP_SPAN_MAX - MTP_MAX_SMALL);
+      blk[i] = th_below(&r, 5) == 0 ? mtp_pool_calloc(p, 1, n) : mtp_pool_alloc(p, n);
+      REQUIRE(blk[i] != NULL, "alloc");
+      len[i] = n;
+      th_fill(blk[i], n < 256 ? n : 256, (uint64_t)i);
+    }
+  }
+  size_t live = 0, spans = 0, span_bytes = 0;
+  for (int i = 0; i < SLOTS; i++)
+    if (blk[i]) {
+      live++;
+      if (len[i] > MTP_MAX_SMALL && len[i] <= MTP_SPAN_MAX) {
+        spans++;
+        span_bytes += mtp_usable_size(blk[i]);
+      }
+    }
+  mtp_stats_t st = stats(p);
+  CHECK_EQ_SZ(st.blocks_in_use, live);
+  CHECK(st.large_blocks >= spans && st.large_bytes >= span_bytes); /* shrunk large ones stay large */
+  for (int i = 0; i < SLOTS; i++) mtp_free(blk[i]);
+  st = stats(p);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK_EQ_SZ(st.bytes_in_use, 0);
+  mtp_pool_trim(p);
+  mtp_pool_destroy(p);
+  CHECK(g_errs == 0);
+}
+
+static int fork_child(void) {
+  void *a = mtp_alloc(100 * KiB);
+  if (a == NULL) return 1;
+  memset(a, 1, 100 * KiB);
+  mtp_free(a);
+  return 0;
+}
+
+static void test_fork(void) {
+  void *a = mtp_alloc(150 * KiB);
+  REQUIRE(a != NULL, "alloc");
+  th_fork_check(fork_child);
+  mtp_free(a);
+}
+
+/* Two threads allocate spans, hand half of them to the other thread to free (a remote free takes
+ * the pool lock), and check their contents. */
+static mtp_pool_t *g_mt_pool;
+#define MT_ROUNDS 3000
+#define MT_RING 64
+static void *volatile g_ring[2][MT_RING];
+
+static void *mt_worker(void *arg) {
+  int me = (int)(intptr_t)arg, other = 1 - me;
+  th_rng_t r;
+  th_rng_seed(&r, (uint64_t)me, 7, 11);
+  for (int i = 0; i < MT_ROUNDS; i++) {
+    size_t n = MTP_MAX_SMALL + 1 + th_below(&r, MTP_SPAN_MAX - MTP_MAX_SMALL);
+    unsigned char *b = mtp_pool_alloc(g_mt_pool, n);
+    REQUIRE(b != NULL, "alloc");
+    memset(b, me + 1, 64);
+    if (th_below(&r, 2)) {
+      CHECK(b[63] == me + 1);
+      mtp_free(b);
+    } else {
+      /* hand it over: the other thread frees it */
+      void *old = __atomic_exchange_n(&g_ring[other][i % MT_RING], b, __ATOMIC_ACQ_REL);
+      if (old) mtp_free(old);
+    }
+    void *mine = __atomic_exchange_n(&g_ring[me][(i * 7) % MT_RING], NULL, __ATOMIC_ACQ_REL);
+    if (mine) mtp_free(mine);
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  g_mt_pool = make_pool(50);
+  pthread_t t[2];
+  for (intptr_t i = 0; i < 2; i++) REQUIRE(pthread_create(&t[i], NULL, mt_worker, (void *)i) == 0, "create");
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < MT_RING; i++)
+      if (g_ring[k][i]) mtp_free(g_ring[k][i]);
+  CHECK_EQ_SZ(stats(g_mt_pool).blocks_in_use, 0);
+  CHECK_EQ_SZ(stats(g_mt_pool).allocs, 2 * MT_ROUNDS);
+  mtp_pool_destroy(g_mt_pool);
+  CHECK(g_errs == 0);
+}
+
+int main(void) {
+  mtp_set_error_handler(on_error, NULL);
+  RUN(test_sizes_and_stats);
+  RUN(test_reuse_by_small);
+  RUN(test_calloc);
+  RUN(test_realloc);
+  RUN(test_aligned);
+  RUN(test_visit);
+  RUN(test_misuse);
+  RUN(test_purge_trim_destroy);
+  RUN(test_churn_accounting);
+  RUN(test_fork);
+  RUN(test_threads);
+  DONE();
+}
