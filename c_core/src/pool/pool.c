@@ -176,6 +176,7 @@ static bool cache_any(mtpi_member_t *m) {
  * nothing on either list, its bump pointer at its start, so that any free into it (a double free)
  * fails the bump check and is reported. */
 static void empty_put_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t since_ms) {
+  MTP_ASSERT(s->kind == MTP_PAGE_SLAB && s->cls < MTP_NUM_CLASSES); /* p->empty's index */
   mtp__slab_format(s, s->cls, false);
   s->list = MTP_LIST_POOL_EMPTY;
   s->free_time_ms = since_ms;
@@ -235,7 +236,8 @@ void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m) {
 /* ---- slabs ---- */
 
 void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
-  if (!s->checked && p->purge_delay_ms != 0) {
+  /* a slab is kept for its class; a medium block's pages (span.c) go straight back */
+  if (s->kind == MTP_PAGE_SLAB && !s->checked && p->purge_delay_ms != 0) {
     empty_put_locked(p, s, now_ms);
     return;
   }

@@ -107,7 +107,7 @@ void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s);
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);
 /* Pool lock held: a slab that holds no block goes back to the pool: kept for its class among the
  * pool's empty slabs until the purge delay passes (pool.c), or, with a delay of 0 or in checked
- * mode, to the region layer at once. */
+ * mode, to the region layer at once; a freed medium block's span (span.c) always goes at once. */
 void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
 /* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
 void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
