@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,6 +139,17 @@ static inline size_t th_rss(void) {
   if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
   fclose(f);
   return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Resident bytes of [p, p + n) (p page-aligned), from mincore. */
+static inline size_t th_resident(void *p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), k = (n + page - 1) / page, r = 0;
+  unsigned char *v = (unsigned char *)malloc(k);
+  REQUIRE(v != NULL, "malloc");
+  REQUIRE(mincore(p, n, v) == 0, "mincore");
+  for (size_t i = 0; i < k; i++) r += v[i] & 1;
+  free(v);
+  return r * page;
 }
 
 /* A "Name: <n> kB" field of /proc/self/status (VmSize, VmRSS, ...), in kB; -1 if absent. */

@@ -127,17 +127,6 @@ static void test_reuse_and_stats(void) {
 
 #undef L
 
-/* Resident pages of [p, p + n) (p page-aligned). */
-static size_t resident(void *p, size_t n) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE), k = (n + page - 1) / page, r = 0;
-  unsigned char *v = malloc(k);
-  REQUIRE(v != NULL, "malloc");
-  REQUIRE(mincore(p, n, v) == 0, "mincore");
-  for (size_t i = 0; i < k; i++) r += v[i] & 1;
-  free(v);
-  return r * page;
-}
-
 static bool all_zero(const unsigned char *p, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (p[i] != 0) return false;
@@ -152,7 +141,7 @@ static void test_calloc(void) {
   size_t n = 8 * MiB;
   unsigned char *a = mtp_pool_calloc(p, 1, n);
   REQUIRE(a != NULL, "calloc");
-  CHECK(resident(a, n) <= 64 * 1024);
+  CHECK(th_resident(a, n) <= 64 * 1024);
   CHECK(a[0] == 0 && a[n / 2] == 0 && a[n - 1] == 0);
   memset(a, 0xAB, n);
   mtp_free(a);

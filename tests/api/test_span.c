@@ -125,24 +125,13 @@ static bool all_zero(const unsigned char *p, size_t n) {
   return true;
 }
 
-/* Resident bytes of [p, p + n) (p page-aligned). */
-static size_t resident(void *p, size_t n) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE), k = (n + page - 1) / page, r = 0;
-  unsigned char *v = malloc(k);
-  REQUIRE(v != NULL, "malloc");
-  REQUIRE(mincore(p, n, v) == 0, "mincore");
-  for (size_t i = 0; i < k; i++) r += v[i] & 1;
-  free(v);
-  return r * page;
-}
-
 static void test_calloc(void) {
   mtp_pool_t *p = make_pool(60000);
   size_t n = 200 * KiB;
   /* never-touched pages: zero, and not written (not faulted in) */
   unsigned char *a = mtp_pool_calloc(p, 1, n);
   REQUIRE(a != NULL, "calloc");
-  if (!TH_SANITIZED) CHECK(resident(a, n) == 0);
+  if (!TH_SANITIZED) CHECK(th_resident(a, n) == 0);
   CHECK(all_zero(a, n));
   memset(a, 0xAB, n);
   mtp_free(a);
