@@ -7,6 +7,8 @@
 #include "heap/heap.h"
 #include "testhelper.h"
 
+#include <pthread.h>
+
 static void test_lists(void) {
   mtp_options_t o;
   mtp_options_init(&o);
@@ -129,8 +131,60 @@ static void test_cache_keeps_format(void) {
   mtp_pool_destroy(pool);
 }
 
+/* A remote free that reported news reaches the pool lock late: meanwhile other frees emptied its
+ * slab, the release (purge delay 0) purged it and the region was unmapped. The news must then be
+ * dropped without reading the slab, whose memory is gone (an ASan run of test_rel_stress once
+ * faulted there). Replayed in one thread: the late news is kept and delivered by hand. */
+typedef struct {
+  mtp_pool_t *pool;
+  void **blocks;
+  uint32_t n;
+} fill_t;
+
+static void *fill_and_exit(void *arg) { /* the slab's owner, gone when it is emptied */
+  fill_t *f = arg;
+  for (uint32_t i = 0; i < f->n; i++) CHECK((f->blocks[i] = mtp_pool_alloc(f->pool, 1024)) != NULL);
+  return NULL;
+}
+
+static void test_late_news(void) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.purge_delay_ms = 0; /* a release returns the pages at once, and an empty region goes */
+  mtp_pool_t *pool = mtp_pool_create(&o);
+  CHECK(pool != NULL);
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  fill_t f = {pool, calloc(cap, sizeof(void *)), cap};
+  CHECK(f.blocks != NULL);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fill_and_exit, &f) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)f.blocks[0]);
+  CHECK(!(mtp__load_acquire(&s->thread_free) & MTP_TF_OWNED)); /* its owner left it detached */
+  /* a quarter of the blocks back: the last of these pushes is news, kept for later */
+  uint32_t quarter = (s->detached_used + 3) / 4, i = 0;
+  mtpi_remote_seen_t late = {NULL, 0};
+  for (; i < quarter; i++) {
+    mtp__track_free(f.blocks[i], 1024);
+    mtpi_remote_seen_t seen;
+    if (mtp__slab_free_remote(s, f.blocks[i], &seen) == MTP_REMOTE_NEWS) late = seen;
+  }
+  CHECK(late.set == &mtp__pool_in(pool)->rs);
+  /* the rest through mtp_free: the last one releases the slab, and the region goes */
+  for (; i < cap; i++) mtp_free(f.blocks[i]);
+  CHECK(!mtp__is_region_ptr((uintptr_t)s));
+  mtp__pool_detached_news(&late, s); /* must not touch s */
+  mtp_stats_t st;
+  mtp_pool_stats(pool, &st);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  free(f.blocks);
+  mtp_pool_destroy(pool);
+}
+
 int main(void) {
   RUN(test_lists);
   RUN(test_cache_keeps_format);
+  RUN(test_late_news);
   DONE();
 }

@@ -48,7 +48,8 @@ static void test_local_and_remote(void) {
   mtpi_block_t *a = mtp__slab_pop(s), *b = mtp__slab_pop(s), *c = mtp__slab_pop(s);
   CHECK(a && b && c && s->used == 3);
   CHECK(!mtp__slab_push_local(s, a));                  /* 2 still in use */
-  CHECK_EQ_SZ(mtp__slab_free_remote(s, b), MTP_REMOTE_OWNED); /* owned: the owner collects */
+  mtpi_remote_seen_t seen;
+  CHECK_EQ_SZ(mtp__slab_free_remote(s, b, &seen), MTP_REMOTE_OWNED); /* owned: the owner collects */
   CHECK_EQ_SZ(MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)), 1);
   CHECK_EQ_SZ(mtp__slab_collect(s), 1);
   CHECK_EQ_SZ(s->used, 1);
@@ -72,10 +73,12 @@ static void test_detach_news_adopt(void) {
   /* remote frees of a detached slab: news at a quarter back, then nothing, then news when empty */
   uint32_t quarter = (cap + 3) / 4, news = 0;
   for (uint32_t i = 0; i < cap / 2; i++) {
-    mtpi_remote_t r = mtp__slab_free_remote(s, blocks[i]);
+    mtpi_remote_seen_t seen = {NULL, 99};
+    mtpi_remote_t r = mtp__slab_free_remote(s, blocks[i], &seen);
     CHECK(r == MTP_REMOTE_NEWS || r == MTP_REMOTE_DETACHED);
     if (r == MTP_REMOTE_NEWS) {
       CHECK_EQ_SZ(i + 1, quarter);
+      CHECK(seen.set == &rs && seen.unmaps == 0); /* what the news needs, read before the push */
       news++;
     }
   }
@@ -99,7 +102,8 @@ static void test_detach_news_adopt(void) {
   uint32_t used = s->detached_used;
   CHECK_EQ_SZ(used, cap);
   for (uint32_t i = 0; i < cap; i++) {
-    mtpi_remote_t r = mtp__slab_free_remote(s, blocks[i]);
+    mtpi_remote_seen_t seen;
+    mtpi_remote_t r = mtp__slab_free_remote(s, blocks[i], &seen);
     if (i + 1 == cap) CHECK_EQ_SZ(r, MTP_REMOTE_NEWS); /* empty: the caller releases it */
   }
   CHECK_EQ_SZ(MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)), s->detached_used);

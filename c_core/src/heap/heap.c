@@ -256,9 +256,10 @@ MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b, uint32_t off) {
    * an offset in a slab is below 2^18) */
   if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(d) || off % d->block_size != 0)) return false;
   mtp__track_free(b, d->block_size);
-  if (MTP_UNLIKELY(mtp__slab_free_remote(d, b) == MTP_REMOTE_NEWS)) {
+  mtpi_remote_seen_t seen;
+  if (MTP_UNLIKELY(mtp__slab_free_remote(d, b, &seen) == MTP_REMOTE_NEWS)) {
     int e = errno; /* frees leave errno alone (mtpool.h); a release may purge (madvise) */
-    mtp__pool_detached_news(mtp__pool_of_page(d), d);
+    mtp__pool_detached_news(&seen, d);
     errno = e;
   }
   return true;
@@ -368,7 +369,8 @@ static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
     }
   }
   mtp__track_free(b, s->block_size);
-  if (mtp__slab_free_remote(s, b) == MTP_REMOTE_NEWS) mtp__pool_detached_news(pool, s);
+  mtpi_remote_seen_t seen;
+  if (mtp__slab_free_remote(s, b, &seen) == MTP_REMOTE_NEWS) mtp__pool_detached_news(&seen, s);
 }
 
 MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {

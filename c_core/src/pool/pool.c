@@ -325,8 +325,17 @@ bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner
   return adopted;
 }
 
-void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s) {
+void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_page_t *s) {
+  mtpi_pool_t *p = MTP_CONTAINER(seen->set, mtpi_pool_t, rs);
   mtp__pool_lock(p);
+  /* Between the push and this lock other frees may have emptied s, and its release and a purge
+   * unmapped its region (regions change only under this lock). No unmap since the push: s is
+   * there. Else s is read only if its region is still one of ours (unmapped and mapped again at
+   * the same address: s is whatever it is now, and is handled as such under the lock). */
+  if (mtp__u64_load_relaxed(&p->rs.unmaps) != seen->unmaps && !mtp__region_listed(&p->rs, s)) {
+    mtp__pool_unlock(p);
+    return;
+  }
   /* Adoption (which sets OWNED) of a slab that a remote free may release happens only under this
    * lock: if the word is still detached, the slab's fields are stable while we hold it.
    * acquire: the detacher's detached_used and the pushers' links. */

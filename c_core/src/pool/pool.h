@@ -99,9 +99,10 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
  * on a free). false if another thread owns it now. Takes the pool lock. */
 bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
                      uint32_t *collected);
-/* A remote free returned MTP_REMOTE_NEWS for s: release it if it is empty, else list it for
- * adoption, unless it was adopted meanwhile. Takes the pool lock. */
-void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s);
+/* A remote free returned MTP_REMOTE_NEWS for s (seen: what it read before its push): release s
+ * if it is empty, else list it for adoption, unless it was adopted, released or unmapped
+ * meanwhile. Takes the lock of seen's pool. */
+void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_page_t *s);
 /* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
  * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);

@@ -165,6 +165,7 @@ static void region_unmap(mtpi_rset_t *rs, mtpi_region_t *r) {
   rlist_remove(rs, r);
   mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0);
   rs->mapped_bytes -= MTP_REGION_SIZE;
+  mtp__u64_add_relaxed(&rs->unmaps, 1); /* relaxed: see types.h */
   /* Addresses may be reused by anyone after the unmap: leave no poison behind. */
   mtp__track_unmap(r, MTP_REGION_SIZE);
   mtp__os_unmap(r, MTP_REGION_SIZE);
@@ -500,6 +501,13 @@ bool mtp__region_dirty_left(mtpi_rset_t *rs) {
   for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
     for (unsigned i = 0; i < WORDS; i++)
       if (r->h.dirty_mask[i]) return true;
+  return false;
+}
+
+bool mtp__region_listed(mtpi_rset_t *rs, const void *p) {
+  mtpi_region_t *r = mtp__region_of((uintptr_t)p);
+  for (mtpi_region_t *it = first(rs); it; it = next_of(it))
+    if (it == r) return true;
   return false;
 }
 

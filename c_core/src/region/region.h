@@ -97,6 +97,8 @@ size_t mtp__region_dirty_bytes(mtpi_rset_t *rs);
 /* Are free pages left resident (a later purge has work)? */
 bool mtp__region_dirty_left(mtpi_rset_t *rs);
 void mtp__region_unmap_all(mtpi_rset_t *rs);
+/* Whether p lies in one of rs's regions (a walk of them: for rare checks only). */
+bool mtp__region_listed(mtpi_rset_t *rs, const void *p);
 /* MTP_DEBUG 2: the bitmaps and counts of every region of rs against the page descriptors. */
 void mtp__region_validate(mtpi_rset_t *rs);
 

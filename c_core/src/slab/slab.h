@@ -92,9 +92,17 @@ typedef enum {
                           the caller checks under the pool lock (mtp__pool_detached_news) */
   MTP_REMOTE_REJECTED  /* a double free was reported; nothing was pushed */
 } mtpi_remote_t;
-/* Any thread: push b onto a slab that the caller does not own. Inline: it is the whole of the
- * remote free's fast case (heap.c). */
-MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b) {
+/* What a push onto a detached slab read of its region before the push, for the news: after the
+ * push another free may empty the slab, its release be purged and the region unmapped, so the
+ * news may not read the slab, nor its region, before checking (mtp__pool_detached_news). */
+typedef struct {
+  mtpi_rset_t *set; /* the set (pool) that owned the slab's region */
+  uint64_t unmaps;  /* set->unmaps then */
+} mtpi_remote_seen_t;
+/* Any thread: push b onto a slab that the caller does not own; *seen is filled when the result
+ * is MTP_REMOTE_NEWS. Inline: it is the whole of the remote free's fast case (heap.c). */
+MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b,
+                                               mtpi_remote_seen_t *seen) {
   /* acquire (and the failed CAS's acquire): a word seen without OWNED makes the detaching
    * thread's write of detached_used visible (its CAS, release, heads the release sequence) */
   uintptr_t w = mtp__load_acquire(&s->thread_free);
@@ -110,7 +118,13 @@ MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b) 
      * (the CAS below succeeds only if the word is still w). After the push it is no longer ours
      * to read: another free may empty the slab at once, and its thread release it and someone
      * re-format it (slab_format writes detached_used) while we would still be reading. */
-    if (!(w & MTP_TF_OWNED)) used = s->detached_used;
+    if (!(w & MTP_TF_OWNED)) {
+      used = s->detached_used;
+      /* relaxed: sequenced before our push (release); a region unmap that our push made
+       * possible happens after it, so this read cannot see that unmap's count (coherence) */
+      seen->set = mtp__page_set(s);
+      seen->unmaps = mtp__u64_load_relaxed(&seen->set->unmaps);
+    }
     mtp__block_set_next(b, MTP_TF_PTR(w));
     /* count + 1 never carries into the flags: a slab holds fewer than 2^14 blocks (size_class.c) */
     nw = ((w & ~MTP_TF_PTR_MASK) + MTP_TF_COUNT_ONE) | (uintptr_t)b;
