@@ -10,7 +10,7 @@
 
 #include "base/os.h"
 
-mtpi_page_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER};
+mtpi_page_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER, .head = &mtp__slab_empty};
 mtpi_heap_t mtp__heap_empty = {.current = {[0 ... MTP_NUM_CLASSES - 1] = &mtp__slab_empty}};
 mtpi_thread_t mtp__thread_empty;
 MTP_TLS mtpi_heap_t *mtp__tl_default_heap = &mtp__heap_empty;

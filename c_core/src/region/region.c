@@ -142,6 +142,7 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs) {
   }
   r->h.set = rs;
   for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
+    r->pages[i].head = &r->pages[i]; /* every descriptor its own head until it is a TAIL */
     if (i < FIRST_PAGE)
       r->pages[i].kind = MTP_PAGE_HEADER;
     else
@@ -310,6 +311,7 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
     memset(&s[i], 0, sizeof(mtpi_page_t));
     s[i].kind = MTP_PAGE_TAIL;
     s[i].head_delta = (uint16_t)i;
+    s[i].head = s;
   }
   return s;
 }
@@ -322,6 +324,8 @@ static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned
     mtpi_page_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
     d->kind = MTP_PAGE_FREE;
+    d->head_delta = 0; /* not a TAIL any more: its own head (types.h) */
+    d->head = d;
     d->list = MTP_LIST_NONE;
     d->free_time_ms = now_ms;
     d->check_bits = NULL;
@@ -390,6 +394,7 @@ static void set_tails(mtpi_page_t *head, unsigned from, unsigned to) {
     memset(&head[i], 0, sizeof(mtpi_page_t));
     head[i].kind = MTP_PAGE_TAIL;
     head[i].head_delta = (uint16_t)i;
+    head[i].head = head;
   }
 }
 
@@ -525,6 +530,8 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       }
       MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
       MTP_ASSERT(!dirty || is_free);
+      MTP_ASSERT(d->head == d - d->head_delta); /* the free fast path's head */
+      MTP_ASSERT(d->kind == MTP_PAGE_TAIL || d->head_delta == 0);
       free_pages += is_free;
       if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_SPAN) {
         if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1, 2 or 4 pages, aligned to their length */
