@@ -127,7 +127,7 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
 
 /* Whether an exhausted slab's remote list is worth taking now: half of the blocks handed out have
  * come back. A shorter list is not: walking it is a cache miss per block, on lines the freeing
- * threads wrote last. An exhausted slab has handed out every block (8 at least, the smallest
+ * threads wrote last. An exhausted slab has handed out every block (16 at least, the smallest
  * capacity), so the bar is never 0: a slab judged worth it yields blocks, and the slow path's
  * loop always moves on. */
 static bool worth_collecting(mtpi_page_t *s) {

@@ -1,5 +1,5 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
- * the page descriptors sit in the first pages; the rest are handed out as spans of 1..4 pages
+ * the page descriptors sit in the first pages; the rest are handed out as spans of 1..16 pages
  * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are tracked in two bitmaps: free, and free but
  * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
  * are all free and clean is unmapped. The region's first page is a PROT_NONE guard, so that a
@@ -249,7 +249,7 @@ void mtp__region_unclaim(mtpi_region_t **hint) {
 
 mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
                                     bool grow) {
-  MTP_ASSERT(pages == 1 || pages == 2 || pages == 4);
+  MTP_ASSERT(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
   int at = -1;
   MTP_ASSERT(mine == NULL || (mine->h.set == rs && mine->h.claim == hint));
@@ -534,8 +534,8 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       MTP_ASSERT(d->kind == MTP_PAGE_TAIL || d->head_delta == 0);
       free_pages += is_free;
       if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_SPAN) {
-        if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1, 2 or 4 pages, aligned to their length */
-          MTP_ASSERT(d->pages == 1 || d->pages == 2 || d->pages == 4);
+        if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1..16 pages, a power of two, aligned to it */
+          MTP_ASSERT(d->pages >= 1 && d->pages <= 16 && (d->pages & (d->pages - 1)) == 0);
           MTP_ASSERT(i % d->pages == 0);
         } else { /* a medium block: the pages its size needs, owned by no thread */
           MTP_ASSERT(d->pages >= 1 && (size_t)d->pages << MTP_PAGE_SHIFT >= d->block_size);
