@@ -77,7 +77,7 @@ static void test_cache_keeps_format(void) {
   mtp_options_t o;
   mtp_options_init(&o);
   o.purge_delay_ms = -1;
-  o.thread_cache_bytes = 4 * MTP_PAGE_SIZE; /* one 4-page slab */
+  o.thread_cache_bytes = 8 * MTP_PAGE_SIZE; /* one 8-page slab (classes above 16 KiB) */
   mtp_pool_t *pool = mtp_pool_create(&o);
   CHECK(pool != NULL);
   mtpi_heap_t *h;
@@ -115,9 +115,9 @@ static void test_cache_keeps_format(void) {
   /* a full cache lets the oldest go: u makes way for t */
   void *k4;
   mtpi_page_t *u = cache_one(pool, 18000, &k4);
-  CHECK(u->pages == 4);
+  CHECK(u->pages == 8);
   mtpi_page_t *t = cache_one(pool, 14000, &k3);
-  CHECK(t->pages == 2 && t->list == MTP_LIST_HEAP_CACHE);
+  CHECK(t->pages == 4 && t->list == MTP_LIST_HEAP_CACHE);
   CHECK(u->kind != MTP_PAGE_SLAB || u->list != MTP_LIST_HEAP_CACHE);
   h = mtp__tl_thread->heaps[mtp__pool_in(pool)->id];
   CHECK(h->m.cache_bytes <= o.thread_cache_bytes);

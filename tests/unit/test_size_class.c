@@ -72,10 +72,10 @@ static void test_alignment(void) {
   CHECK_EQ_SZ(mtp__class_aligned(100, 1 << 20), MTP_NUM_CLASSES);
 }
 
-/* The slab rule: at least 8 blocks with at most 1/8 of the span left over. */
+/* The slab rule: at least 16 blocks with at most 1/8 of the span left over. */
 static bool span_ok(size_t pages, uint32_t size) {
   size_t span = pages * MTP_PAGE_SIZE, cap = span / size;
-  return cap >= 8 && (span - cap * size) * 8 <= span;
+  return cap >= 16 && (span - cap * size) * 8 <= span;
 }
 
 static void test_spans(void) {
@@ -83,9 +83,9 @@ static void test_spans(void) {
     size_t pages = mtp__class_pages[c];
     size_t span = pages * MTP_PAGE_SIZE;
     size_t cap = span / mtp__class_size[c];
-    /* a power of two (the region layer hands out spans of 1, 2 or 4 pages), the fewest that keep
-     * the rule */
-    CHECK(pages >= 1 && pages <= 4 && (pages & (pages - 1)) == 0);
+    /* a power of two (the region layer hands out slab spans of 1 to 16 pages), the fewest that
+     * keep the rule */
+    CHECK(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
     CHECK(span_ok(pages, mtp__class_size[c]));
     if (pages > 1) CHECK(!span_ok(pages / 2, mtp__class_size[c]));
     /* the remote list word counts blocks in MTP_TF_COUNT_BITS (14) bits; every block of a slab

@@ -9,8 +9,8 @@
  *
  *   mtp_free(p)
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
- *     slab = descriptor of p's page; slab->owner == this thread and p below the slab's bump
- *     pointer? push on slab->free, --used
+ *     slab = the head of p's page descriptor (itself, or its multi-page slab's first)
+ *     slab->owner == this thread and p below the slab's bump pointer? push on slab->free, --used
  *     else mtp__heap_free_other         (heap.c: a slab another thread owns: checks, one CAS
  *                                       push; else mtp__heap_free_slow: detached slabs, misuse)
  *
@@ -142,10 +142,11 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
  * free list and the carving hand it out twice. An interior pointer into a handed-out block is
  * not caught here (that takes a division, or a multiply by a per-class reciprocal: about four
  * more instructions); the slow paths and checked mode catch it. */
-MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
+MTP_INLINE void free_fast(mtpi_page_t *d, mtpi_page_t *s, void *p) {
   mtpi_block_t *b = (mtpi_block_t *)p;
   /* relaxed owner: a hint (types.h); the compare is against our own token, which only this
-   * thread writes there */
+   * thread writes there. s is the head of b's page d (d itself unless d is a TAIL); b < bump
+   * then also says that b lies in s's slab, as a head is never after its TAILs. */
   if (MTP_LIKELY(mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
                  (char *)b < mtp__slab_bump_owner(s))) {
     /* a block whose first word looks like a free-list link: maybe a double free (a tail call,
@@ -155,9 +156,16 @@ MTP_INLINE void free_fast(mtpi_page_t *s, void *p) {
     else if (mtp__slab_push_untagged(s, b))
       mtp__heap_retire_local(s);
   } else {
-    mtp__heap_free_other(s, b);
+    mtp__heap_free_other(d, b);
   }
 }
+
+/* The head of d's span with one load and no branch (types.h). A block in a later page of a
+ * multi-page slab (classes above 4 KiB) so takes the fast path as a block in the first page
+ * does; before, the owner compare on d itself (a TAIL holds no owner) sent it to
+ * mtp__heap_free_other: a branch that mispredicted on about half the frees of the 1-32 KiB
+ * churn. */
+MTP_INLINE mtpi_page_t *head_of(mtpi_page_t *d) { return d->head; }
 
 void mtp_free(void *p) {
   uintptr_t u = (uintptr_t)p;
@@ -165,7 +173,8 @@ void mtp_free(void *p) {
     free_not_region(p, 0, false);
     return;
   }
-  free_fast(mtp__page_desc(u), p);
+  mtpi_page_t *d = mtp__page_desc(u);
+  free_fast(d, head_of(d), p);
 }
 
 static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
@@ -204,11 +213,11 @@ void mtp_free_sized(void *p, size_t size) {
     free_not_region(p, size, true);
     return;
   }
-  mtpi_page_t *s = mtp__page_desc(u);
+  mtpi_page_t *d = mtp__page_desc(u), *s = head_of(d);
   if (MTP_LIKELY(size - s->size_min <= s->size_span)) /* size maps to this block's class */
-    free_fast(s, p);
+    free_fast(d, s, p);
   else
-    free_sized_slow(s, p, size);
+    free_sized_slow(d, p, size);
 }
 
 /* ---- queries and realloc ---- */

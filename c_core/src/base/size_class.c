@@ -6,7 +6,7 @@
  *     4,136-byte node takes 4,224 bytes, not 5,120).
  *   - at most MTP_STATS_MAX_CLASSES classes (the public statistics' array: the ABI).
  * A class's slab spans the fewest 64 KiB pages (a power of two: the region's spans) that hold at
- * least 8 blocks with at most 1/8 of the span left over. tests/unit/test_size_class.c checks
+ * least 16 blocks with at most 1/8 of the span left over. tests/unit/test_size_class.c checks
  * these tables against those rules (and that a slab holds fewer than 2^14 blocks, the remote
  * list's counter). Layer: base. */
 #include "base.h"
@@ -23,8 +23,8 @@ const uint32_t mtp__class_size[MTP_NUM_CLASSES] = {
 
 const uint8_t mtp__class_pages[MTP_NUM_CLASSES] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2,
-    2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 4,
+    4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8,
 };
 
 /* [(size + 7) >> 3] -> smallest class holding size, for size <= MTP_DIRECT_MAX. */

@@ -209,8 +209,14 @@ typedef struct mtpi_page {
   uint32_t size_min;     /* smallest request that maps to this class (a sized free checks */
   uint32_t size_span;    /* size - size_min <= size_span in one compare) */
   mtpi_atomic_uptr owner;
-  mtpi_atomic_uptr heap;
   mtpi_node_t link;
+  /* The descriptor that describes this page's span: for a TAIL its span's first descriptor
+   * (SLAB or SPAN), for every other descriptor itself (written by the region layer: at region
+   * creation, with the TAILs, and when a page becomes FREE). So the free fast path finds a
+   * block's slab with one load and no branch on the kind, a block in a later page of a
+   * multi-page slab as one in its first. In the first line, beside owner and bump, which the
+   * fast path reads next. */
+  struct mtpi_page *head;
   /* second cache line: shared */
   mtpi_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
   uint32_t detached_used;
@@ -221,10 +227,11 @@ typedef struct mtpi_page {
   uint8_t kind;
   uint8_t list;
   uint8_t checked;
-  uint16_t head_delta;   /* TAIL: index distance back to the SLAB descriptor */
+  uint16_t head_delta;   /* TAIL: index distance back to its head (0 on other descriptors) */
   uint64_t free_time_ms; /* FREE page: when it became free; cached or pool-empty slab: since when
                             it holds no block */
   uint8_t *check_bits;   /* checked mode: allocation bitmap (one bit per block) */
+  mtpi_atomic_uptr heap; /* slow paths only: in this line, so that head fits in the first */
 } mtpi_page_t;
 
 _Static_assert(sizeof(mtpi_page_t) == 2 * MTP_CACHE_LINE, "page descriptor is two cache lines");

@@ -10,7 +10,7 @@
 
 #include "base/os.h"
 
-mtpi_page_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER};
+mtpi_page_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER, .head = &mtp__slab_empty};
 mtpi_heap_t mtp__heap_empty = {.current = {[0 ... MTP_NUM_CLASSES - 1] = &mtp__slab_empty}};
 mtpi_thread_t mtp__thread_empty;
 MTP_TLS mtpi_heap_t *mtp__tl_default_heap = &mtp__heap_empty;
@@ -127,7 +127,7 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
 
 /* Whether an exhausted slab's remote list is worth taking now: half of the blocks handed out have
  * come back. A shorter list is not: walking it is a cache miss per block, on lines the freeing
- * threads wrote last. An exhausted slab has handed out every block (8 at least, the smallest
+ * threads wrote last. An exhausted slab has handed out every block (16 at least, the smallest
  * capacity), so the bar is never 0: a slab judged worth it yields blocks, and the slow path's
  * loop always moves on. */
 static bool worth_collecting(mtpi_page_t *s) {
@@ -266,35 +266,24 @@ MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b, uint32_t off) {
 }
 
 MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
-  /* A block in a later page of a multi-page slab (classes of 8,320 B and up): its page's
-   * descriptor is a TAIL, which holds no owner, so the fast path always sends it here. Its slab's
-   * descriptor (kind and head_delta are constant while b is in use) takes the path the fast path
-   * would have: the owner's push, or the remote push. Before, every such free went through the
-   * full slow path: 46% of the frees of the 1-32 KiB churn workload. */
-  if (MTP_UNLIKELY(d->kind == MTP_PAGE_TAIL)) {
-    mtpi_page_t *s = d - d->head_delta;
-    if (mtp__load_relaxed(&s->owner) == (uintptr_t)mtp__tl_thread &&
-        (char *)b < mtp__slab_bump_owner(s)) {
-      free_local(s, b); /* as the owner's fast path, a tagged block checked by push_local */
-      return;
-    }
-    if (MTP_LIKELY(remote_fast(s, b, (uint32_t)((char *)b - mtp__page_start(s))))) return;
-    mtp__heap_free_slow(s, b);
-    return;
-  }
-  if (MTP_LIKELY(remote_fast(d, b, (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1))))) return;
+  /* The fast path tried the owner's push on s, the head of b's page d (d itself, or for a block
+   * in a later page of a multi-page slab its slab's first descriptor; head is constant while b
+   * is in use). What is left: the remote push, one of our exhausted slabs, the slow path. */
+  mtpi_page_t *s = d->head;
+  uint32_t off = (uint32_t)((char *)b - mtp__page_start(s));
+  if (MTP_LIKELY(remote_fast(s, b, off))) return;
   /* One of our exhausted slabs has room again (churn makes this common): only an owned slab's
-   * first descriptor carries our token with the FULL mark, so the same two checks suffice. */
-  if (mtp__load_relaxed(&d->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
-      (char *)b < mtp__slab_bump_owner(d) &&
-      (uint32_t)((uintptr_t)b & (MTP_PAGE_SIZE - 1)) % d->block_size == 0) {
-    mtpi_heap_t *h = mtp__slab_heap(d);
-    full_remove(h, d);
-    partial_push(h, d);
-    free_local(d, b);
+   * first descriptor carries our token with the FULL mark, so the same two checks suffice. A
+   * block in a later page of the slab comes here too (before, it took the full slow path). */
+  if (mtp__load_relaxed(&s->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
+      (char *)b < mtp__slab_bump_owner(s) && off % s->block_size == 0) {
+    mtpi_heap_t *h = mtp__slab_heap(s);
+    full_remove(h, s);
+    partial_push(h, s);
+    free_local(s, b);
     return;
   }
-  mtp__heap_free_slow(d, b);
+  mtp__heap_free_slow(s, b);
 }
 
 static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {

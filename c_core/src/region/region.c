@@ -1,5 +1,5 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
- * the page descriptors sit in the first pages; the rest are handed out as spans of 1..4 pages
+ * the page descriptors sit in the first pages; the rest are handed out as spans of 1..16 pages
  * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are tracked in two bitmaps: free, and free but
  * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
  * are all free and clean is unmapped. The region's first page is a PROT_NONE guard, so that a
@@ -142,6 +142,7 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs) {
   }
   r->h.set = rs;
   for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
+    r->pages[i].head = &r->pages[i]; /* every descriptor its own head until it is a TAIL */
     if (i < FIRST_PAGE)
       r->pages[i].kind = MTP_PAGE_HEADER;
     else
@@ -249,7 +250,7 @@ void mtp__region_unclaim(mtpi_region_t **hint) {
 
 mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
                                     bool grow) {
-  MTP_ASSERT(pages == 1 || pages == 2 || pages == 4);
+  MTP_ASSERT(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
   int at = -1;
   MTP_ASSERT(mine == NULL || (mine->h.set == rs && mine->h.claim == hint));
@@ -311,6 +312,7 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
     memset(&s[i], 0, sizeof(mtpi_page_t));
     s[i].kind = MTP_PAGE_TAIL;
     s[i].head_delta = (uint16_t)i;
+    s[i].head = s;
   }
   return s;
 }
@@ -323,6 +325,8 @@ static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned
     mtpi_page_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
     d->kind = MTP_PAGE_FREE;
+    d->head_delta = 0; /* not a TAIL any more: its own head (types.h) */
+    d->head = d;
     d->list = MTP_LIST_NONE;
     d->free_time_ms = now_ms;
     d->check_bits = NULL;
@@ -391,6 +395,7 @@ static void set_tails(mtpi_page_t *head, unsigned from, unsigned to) {
     memset(&head[i], 0, sizeof(mtpi_page_t));
     head[i].kind = MTP_PAGE_TAIL;
     head[i].head_delta = (uint16_t)i;
+    head[i].head = head;
   }
 }
 
@@ -533,10 +538,12 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       }
       MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
       MTP_ASSERT(!dirty || is_free);
+      MTP_ASSERT(d->head == d - d->head_delta); /* the free fast path's head */
+      MTP_ASSERT(d->kind == MTP_PAGE_TAIL || d->head_delta == 0);
       free_pages += is_free;
       if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_SPAN) {
-        if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1, 2 or 4 pages, aligned to their length */
-          MTP_ASSERT(d->pages == 1 || d->pages == 2 || d->pages == 4);
+        if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1..16 pages, a power of two, aligned to it */
+          MTP_ASSERT(d->pages >= 1 && d->pages <= 16 && (d->pages & (d->pages - 1)) == 0);
           MTP_ASSERT(i % d->pages == 0);
         } else { /* a medium block: the pages its size needs, owned by no thread */
           MTP_ASSERT(d->pages >= 1 && (size_t)d->pages << MTP_PAGE_SHIFT >= d->block_size);

@@ -52,7 +52,7 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
 #define MTP_REGION_USABLE_PAGES (MTP_PAGES_PER_REGION - MTP_REGION_HEADER_PAGES)
 
 /* All under the owning pool's lock. */
-/* A span of `pages` pages (1, 2 or 4), aligned to its length: its first descriptor, kind still
+/* A span of `pages` pages (1, 2, 4, 8 or 16), aligned to its length: its first descriptor, kind still
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
