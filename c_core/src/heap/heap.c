@@ -180,7 +180,7 @@ static mtpi_block_t *shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
     h->shared_taken[cls] = MTP_SHARED_DONE;
     return NULL;
   }
-  mtpi_block_t *b = mtp__pool_shared_alloc(pool, cls, wake);
+  mtpi_block_t *b = mtp__pool_shared_alloc(pool, cls, &h->m, wake);
   if (b != NULL) h->shared_taken[cls]++;
   return b;
 }

@@ -253,8 +253,8 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
     note_free_pages(p);
 }
 
-mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false);
+mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages, mtpi_region_t **hint) {
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, hint, false);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);

@@ -103,9 +103,10 @@ bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner
 /* A remote free returned MTP_REMOTE_NEWS for s: release it if it is empty, else list it for
  * adoption, unless it was adopted meanwhile. Takes the pool lock. */
 void mtp__pool_detached_news(mtpi_pool_t *p, mtpi_page_t *s);
-/* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
- * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
-mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);
+/* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM; hint as for
+ * mtp__region_alloc_span (NULL: none). Pages it leaves resident ahead are noted for the purge;
+ * the fault-in range is dropped. */
+mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages, mtpi_region_t **hint);
 /* Pool lock held: a slab that holds no block goes back to the pool: kept for its class among the
  * pool's empty slabs until the purge delay passes (pool.c), or, with a delay of 0 or in checked
  * mode, to the region layer at once; a freed medium block's span (span.c) always goes at once. */
@@ -118,9 +119,10 @@ void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
 mtpi_page_t *mtp__pool_empty_take_locked(mtpi_pool_t *p, unsigned cls);
 
 /* ---- shared slabs (shared.c: a thread's first blocks of a class; rules there) ---- */
-/* A block of class cls (a class of one-page slabs) from the pool's shared slabs, or NULL +
- * ENOMEM. Takes the pool lock; *wake as for mtp__pool_slab_get (ORed in). */
-void *mtp__pool_shared_alloc(mtpi_pool_t *p, unsigned cls, bool *wake);
+/* A block of class cls (a class of one-page slabs) from the pool's shared slabs, for the heap
+ * whose membership is m (a new shared slab's pages come from the region it claimed, as its own
+ * slabs' do), or NULL + ENOMEM. Takes the pool lock; *wake as for mtp__pool_slab_get (ORed in). */
+void *mtp__pool_shared_alloc(mtpi_pool_t *p, unsigned cls, mtpi_member_t *m, bool *wake);
 /* Free b into s, whose owner word was seen marked MTP_OWNER_SHARED. false: s is no shared slab
  * any more, or b is not a block it handed out (the caller's checks were made before the lock):
  * nothing done, the caller starts over. A double free is reported (true). Takes the pool lock. */

@@ -51,11 +51,13 @@ static void shared_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
 }
 
 /* Pool lock held: a new shared slab of class cls, listed: one of the pool's empty slabs, else
- * fresh pages (no region claim: no thread's). NULL + ENOMEM. */
-static mtpi_page_t *shared_new_locked(mtpi_pool_t *p, unsigned cls) {
+ * fresh pages, from the region m claimed first (without it, a pool whose heaps had all claimed
+ * regions mapped one more region for its shared slabs: test_mt's cross-thread test under TSan
+ * went past its bound on mapped bytes). NULL + ENOMEM. */
+static mtpi_page_t *shared_new_locked(mtpi_pool_t *p, unsigned cls, mtpi_member_t *m) {
   mtpi_page_t *s = mtp__pool_empty_take_locked(p, cls);
   if (s == NULL) {
-    s = mtp__pool_span_locked(p, mtp__class_pages[cls]);
+    s = mtp__pool_span_locked(p, mtp__class_pages[cls], &m->region_hint);
     if (s == NULL) return NULL;
     mtp__slab_format(s, cls, false);
   } else if (s->cls != cls) {
@@ -68,13 +70,13 @@ static mtpi_page_t *shared_new_locked(mtpi_pool_t *p, unsigned cls) {
   return s;
 }
 
-void *mtp__pool_shared_alloc(mtpi_pool_t *p, unsigned cls, bool *wake) {
+void *mtp__pool_shared_alloc(mtpi_pool_t *p, unsigned cls, mtpi_member_t *m, bool *wake) {
   MTP_ASSERT(mtp__class_pages[cls] == 1);
   mtpi_block_t *b = NULL;
   mtp__pool_lock(p);
   for (;;) {
     mtpi_node_t *n = p->shared[cls];
-    mtpi_page_t *s = n != NULL ? page_of(n) : shared_new_locked(p, cls);
+    mtpi_page_t *s = n != NULL ? page_of(n) : shared_new_locked(p, cls, m);
     if (s == NULL) break;
     MTP_VALIDATE(mtp__slab_validate(s));
     if ((b = mtp__slab_pop(s)) != NULL) break;
