@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tools/malloc_name.h"
+
 static int nblocks = 20;
 static pthread_barrier_t all_allocated, measured;
 
@@ -46,14 +48,6 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static const char *malloc_in_use(void) {
-  static const char *syms[][2] = {{"mtp_version", "mtpool"}, {"mi_version", "mimalloc"},
-                                  {"mallctl", "jemalloc"}, {"tc_version", "tcmalloc"}};
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
-    if (dlsym(RTLD_DEFAULT, syms[i][0])) return syms[i][1];
-  return "glibc";
-}
-
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 1000;
   if (argc > 2) nblocks = atoi(argv[2]);
@@ -73,7 +67,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
   printf("{\"malloc\": \"%s\", \"threads\": %d, \"blocks\": %d, \"rss_anon_before_kb\": %ld, "
          "\"rss_anon_kb\": %ld, \"per_thread_kb\": %.1f}\n",
-         malloc_in_use(), n, nblocks, before, at, (double)(at - before) / n);
+         malloc_by_symbol(), n, nblocks, before, at, (double)(at - before) / n);
   free(t);
   return 0;
 }
