@@ -117,32 +117,15 @@ enum {
   MTP_LIST_HEAP_FULL,
   MTP_LIST_POOL_PARTIAL,
   MTP_LIST_HEAP_CACHE,
-  MTP_LIST_POOL_EMPTY, /* empty, kept formatted for its class on the pool's list (pool lock) */
-  MTP_LIST_POOL_SHARED /* shared by the pool's threads, with free room (pool/shared.c; pool lock) */
+  MTP_LIST_POOL_EMPTY /* empty, kept formatted for its class on the pool's list (pool lock) */
 };
 
 /* Low bits of an owned slab's `owner` word beside the thread token (a pointer, 8-aligned): the
  * free fast path compares the whole word, so a marked slab always takes the slow path. */
 #define MTP_OWNER_CACHED 1 /* empty, in the heap's cache: a free into it is a double free */
 #define MTP_OWNER_FULL 2   /* exhausted, on the heap's full list: a free moves it to partial */
-/* Both marks: a slab the pool shares among its threads (pool/shared.c); the pointer part is the
- * pool's address, no thread's token. Every free into it misses the fast path and the remote fast
- * case (which send marked words on) and is made under the pool lock. */
-#define MTP_OWNER_SHARED (MTP_OWNER_CACHED | MTP_OWNER_FULL)
 /* Exhausted slabs a heap keeps owned per size class before it detaches the oldest. */
 #define MTP_FULL_PER_CLASS 2
-/* A thread's first blocks of a class come from a slab its pool shares (pool/shared.c): at most
- * MTP_SHARED_BLOCKS blocks and MTP_SHARED_BYTES bytes (at least one block) per heap and class;
- * the next one gets the heap a slab of its own. Classes of one-page slabs only, and not for a
- * pool's first heap (heap.c: heap_get; a single thread shares with no one). 0 blocks: no
- * sharing. Measured (bench/gp/thread_footprint.c, 1,000 threads x 20 blocks of 16 B - 3 KiB,
- * RssAnon per thread): 4 KiB 52.5 KiB, 8 KiB 48.7, 16 KiB 47.5, 16 KiB and 32 blocks 47.5. */
-#ifndef MTP_SHARED_BLOCKS
-#define MTP_SHARED_BLOCKS 16
-#endif
-#ifndef MTP_SHARED_BYTES
-#define MTP_SHARED_BYTES 16384
-#endif
 
 /* The remote free list word (thread_free): bits 0..47 the list head, bits 48..61 the number of
  * blocks on the list (14 bits: a slab holds fewer than 2^14 blocks, checked in size_class.c),
@@ -214,10 +197,6 @@ enum {
  * Adoption (DETACHED -> OWNED) is one CAS on thread_free. A slab on the pool's partial list
  * carries LISTED and is adopted only under the pool lock (which owns the list); an unlisted one
  * may be taken back by the heap that detached it without the lock.
- * A SHARED slab (pool/shared.c: a thread's first blocks of a class) is owned by its pool's lock:
- * owner is the pool's address | MTP_OWNER_SHARED, thread_free OWNED with an empty list (no thread
- * pushes remotely: every free of one of its blocks takes the lock), and free, used, bump and list
- * are written by the holder of the pool lock, as an owner writes them. Emptied, it is released.
  * A slab that held no block any more when its pool got it back (list MTP_LIST_POOL_EMPTY, pool
  * lock) is formatted afresh and owned by no one: owner 0, thread_free OWNED with an empty list,
  * bump at its start, so that every free into it fails the bump check (pool.c: "empty slabs"). */
@@ -336,9 +315,6 @@ struct mtpi_heap {
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current */
   mtpi_node_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
   uint8_t full_count[MTP_NUM_CLASSES];
-  /* Blocks taken from the pool's shared slab of each class (heap.c: shared_take); MTP_SHARED_DONE
-   * once the heap has its own slabs of the class. */
-  uint8_t shared_taken[MTP_NUM_CLASSES];
   mtpi_thread_t *thread;                 /* owner */
   mtpi_member_t m;
   mtpi_heap_t *free_next;                /* meta free list */
@@ -390,13 +366,9 @@ struct mtp_pool {
   mtpi_node_t *empty[MTP_NUM_CLASSES];
   mtpi_node_t *empty_tail[MTP_NUM_CLASSES];
   size_t empty_bytes;
-  /* Slabs shared by the pool's threads, with free room, per class (pool/shared.c). */
-  mtpi_node_t *shared[MTP_NUM_CLASSES];
   mtpi_node_t *members;                  /* live heaps (their mtpi_member_t) */
   mtpi_page_t *checked_current[MTP_NUM_CLASSES];
-  /* counters of heaps that are gone; dead_remote also counts the remote frees the pool sees
-   * itself (into detached slabs it releases, into shared slabs: pool/shared.c) */
-  uint64_t dead_allocs, dead_remote;
+  uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
   uint64_t span_allocs;              /* cumulative medium blocks (pool/span.c) */
   /* checked mode's quarantine (heap/checked.c): freed blocks held back from reuse, oldest at

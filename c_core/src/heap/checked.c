@@ -89,7 +89,7 @@ static void *take_block(mtpi_pool_t *pool, unsigned cls) {
         pool->checked_current[cls] = s;
         continue;
       }
-      s = mtp__pool_span_locked(pool, mtp__class_pages[cls], NULL);
+      s = mtp__pool_span_locked(pool, mtp__class_pages[cls]);
       if (s == NULL) return NULL;
       mtp__slab_format(s, cls, true);
       s->check_bits = mtp__meta_alloc((s->capacity + 7) / 8);

@@ -65,11 +65,6 @@ static mtpi_thread_t *thread_get(void) {
 
 /* ---- heap binding ---- */
 
-/* shared_taken[cls] once the heap has its own slabs of cls: the allocation slow path then pays
- * one byte compare for sharing. */
-#define MTP_SHARED_DONE UINT8_MAX
-_Static_assert(MTP_SHARED_BLOCKS < MTP_SHARED_DONE, "shared_taken counts to MTP_SHARED_BLOCKS");
-
 static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
   mtpi_thread_t *t = thread_get();
   if (t == NULL) return NULL;
@@ -83,9 +78,7 @@ static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
   if (h == NULL) return NULL;
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) h->current[c] = &mtp__slab_empty;
   h->thread = t;
-  /* A pool's only heap shares with no one: its slabs are its own from the first block (a
-   * single-threaded program allocates as before); a heap that joins others starts shared. */
-  if (!mtp__pool_join(pool, &h->m)) memset(h->shared_taken, MTP_SHARED_DONE, sizeof(h->shared_taken));
+  mtp__pool_join(pool, &h->m);
   t->heaps[pool->id] = h;
   if (pool->id == 0) mtp__tl_default_heap = h;
   return h;
@@ -164,27 +157,6 @@ static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
   return s;
 }
 
-/* Blocks of class cls a heap takes from the pool's shared slabs (pool/shared.c) before it gets a
- * slab of its own: as many as fit in MTP_SHARED_BYTES, 1 to MTP_SHARED_BLOCKS; none for classes
- * of multi-page slabs. */
-static unsigned shared_quota(unsigned cls) {
-  if (MTP_SHARED_BLOCKS == 0 || mtp__class_pages[cls] != 1) return 0;
-  unsigned n = MTP_SHARED_BYTES / mtp__class_size[cls];
-  return n < 1 ? 1 : n > MTP_SHARED_BLOCKS ? MTP_SHARED_BLOCKS : n;
-}
-
-/* A block of class cls from the pool's shared slabs while h has not used up its quota of them,
- * else NULL (for good: shared_taken[cls] becomes MTP_SHARED_DONE). */
-static mtpi_block_t *shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
-  if (h->shared_taken[cls] >= shared_quota(cls)) {
-    h->shared_taken[cls] = MTP_SHARED_DONE;
-    return NULL;
-  }
-  mtpi_block_t *b = mtp__pool_shared_alloc(pool, cls, &h->m, wake);
-  if (b != NULL) h->shared_taken[cls]++;
-  return b;
-}
-
 MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   mtpi_heap_t *h = heap_get(pool);
   if (h == NULL) {
@@ -193,12 +165,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   }
   MTP_VALIDATE(mtp__heap_validate_class(h, cls)); /* the lists this slow path walks */
   mtpi_page_t *s;
-  mtpi_block_t *b;
   bool wake = false; /* owed to the purger: made at the end, with the heap consistent */
-  /* A thread's first blocks of a class: from a slab its pool shares (while the quota lasts, the
-   * heap has no slab of cls, so this slow path is where each of them comes) */
-  if (h->shared_taken[cls] != MTP_SHARED_DONE && (b = shared_take(pool, h, cls, &wake)) != NULL)
-    goto done;
   for (;;) {
     s = h->current[cls];
     if (s != &mtp__slab_empty) {
@@ -227,9 +194,7 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
        * walking it to its tail to append. */
       if (s->free == NULL) h->m.remote_collected += mtp__slab_collect(s);
     } else {
-      bool woke = wake;
       s = slab_acquire(pool, h, cls, &wake);
-      wake |= woke; /* slab_acquire sets it; a shared_take before may have set it too */
       if (s == NULL) {
         if (wake) mtp__purger_wake();
         errno = ENOMEM;
@@ -239,9 +204,8 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
     s->used |= MTP_USED_CURRENT;
     h->current[cls] = s;
   }
-  b = mtp__slab_pop(s);
+  mtpi_block_t *b = mtp__slab_pop(s);
   MTP_ASSERT(b != NULL);
-done:
   h->m.allocs++;
   if (MTP_UNLIKELY(tl_exited)) thread_release(); /* the slab goes back, detached, at once */
   /* Last: the wake may allocate (see thread_release), which may even release this thread. */
@@ -359,10 +323,6 @@ static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   }
   mtpi_thread_t *me = mtp__tl_thread;
   uintptr_t owner = mtp__load_relaxed(&s->owner); /* relaxed: a hint; see types.h */
-  if ((owner & MTP_OWNER_SHARED) == MTP_OWNER_SHARED) { /* shared by the pool's threads */
-    if (!mtp__pool_shared_free(s, b)) free_slow(d, b); /* no longer shared: as it is now */
-    return;
-  }
   if (owner == (uintptr_t)me) { /* a tail page of our own slab */
     free_local(s, b);
     return;

@@ -44,18 +44,16 @@ static void note_free_pages(mtpi_pool_t *p) {
 
 /* ---- members and their caches ---- */
 
-bool mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
+void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
   m->region_hint = NULL;
   memset(m->classes_got, 0, sizeof(m->classes_got));
   mtp__pool_lock(p);
   /* A second heap in a pool: wakes may come from several threads at once, too many to measure
    * under the registry lock each time (see wake_inline): the purge thread is worth its keep. */
-  bool others = p->members != NULL;
-  if (others) mtp__purger_eager();
+  if (p->members != NULL) mtp__purger_eager();
   mtp__list_push(&p->members, &m->link);
   mtp__pool_unlock(p);
-  return others;
 }
 
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m) {
@@ -195,7 +193,8 @@ static void empty_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
   p->empty_bytes -= (size_t)s->pages << MTP_PAGE_SHIFT;
 }
 
-mtpi_page_t *mtp__pool_empty_take_locked(mtpi_pool_t *p, unsigned cls) {
+/* An empty slab for class cls (formatted for another class when it is not cls's), or NULL. */
+static mtpi_page_t *empty_take_locked(mtpi_pool_t *p, unsigned cls) {
   mtpi_node_t *n = p->empty[cls];
   for (unsigned c = 0; n == NULL && c < MTP_NUM_CLASSES; c++)
     if (mtp__class_pages[c] == mtp__class_pages[cls]) n = p->empty[c];
@@ -253,8 +252,8 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
     note_free_pages(p);
 }
 
-mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages, mtpi_region_t **hint) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, hint, false);
+mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
@@ -289,7 +288,7 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
       return s;
     }
   }
-  s = mtp__pool_empty_take_locked(p, cls);
+  s = empty_take_locked(p, cls);
   if (s != NULL) {
     if (s->cls != cls) mtp__slab_format(s, cls, false);
     mtp__slab_set_heap(s, heap);

@@ -66,8 +66,7 @@ static inline mtpi_pool_t *mtp__member_pool(mtpi_member_t *m) {
    * it by the registry lock or by the caller's contract (no use of a destroyed pool) */
   return (mtpi_pool_t *)mtp__load_relaxed(&m->pool);
 }
-/* m joins p's members; returns whether other heaps were members already. */
-bool mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
+void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
 /* Pool lock held: m's counters go to the pool's, m leaves the list and is unbound. */
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
 
@@ -104,30 +103,15 @@ bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner
  * if it is empty, else list it for adoption, unless it was adopted, released or unmapped
  * meanwhile. Takes the lock of seen's pool. */
 void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_page_t *s);
-/* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM; hint as for
- * mtp__region_alloc_span (NULL: none). Pages it leaves resident ahead are noted for the purge;
- * the fault-in range is dropped. */
-mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages, mtpi_region_t **hint);
+/* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
+ * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
+mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);
 /* Pool lock held: a slab that holds no block goes back to the pool: kept for its class among the
  * pool's empty slabs until the purge delay passes (pool.c), or, with a delay of 0 or in checked
  * mode, to the region layer at once; a freed medium block's span (span.c) always goes at once. */
 void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
 /* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
 void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
-
-/* Pool lock held: one of the pool's empty slabs (pool.c) for class cls, of cls first, else one
- * of a class of as many pages (formatted for that class: the caller formats it), or NULL. */
-mtpi_page_t *mtp__pool_empty_take_locked(mtpi_pool_t *p, unsigned cls);
-
-/* ---- shared slabs (shared.c: a thread's first blocks of a class; rules there) ---- */
-/* A block of class cls (a class of one-page slabs) from the pool's shared slabs, for the heap
- * whose membership is m (a new shared slab's pages come from the region it claimed, as its own
- * slabs' do), or NULL + ENOMEM. Takes the pool lock; *wake as for mtp__pool_slab_get (ORed in). */
-void *mtp__pool_shared_alloc(mtpi_pool_t *p, unsigned cls, mtpi_member_t *m, bool *wake);
-/* Free b into s, whose owner word was seen marked MTP_OWNER_SHARED. false: s is no shared slab
- * any more, or b is not a block it handed out (the caller's checks were made before the lock):
- * nothing done, the caller starts over. A double free is reported (true). Takes the pool lock. */
-bool mtp__pool_shared_free(mtpi_page_t *s, mtpi_block_t *b);
 
 /* ---- medium blocks (span.c: pages of the pool's regions; rules there) ---- */
 /* A medium block of size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX, or smaller for an
