@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mtpool/mtpool.h"
+
 #define TH_SKIP 77
 
 /* ---- which sanitizer this translation unit (and so the whole build) is compiled with ---------- */
@@ -117,6 +119,24 @@ static int th_failures __attribute__((unused));
             __atomic_load_n(&th_checks, __ATOMIC_RELAXED), f_);                             \
     return f_ ? 1 : 0;                                                                      \
   } while (0)
+
+/* A pool for a test: named, with the given purge delay and checked mode; aborts if it cannot be
+ * made. th_stats: a pool's statistics (NULL: the default pool's), checked to succeed. */
+static inline mtp_pool_t *th_pool(const char *name, long purge_delay_ms, int check) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.name = name;
+  o.purge_delay_ms = purge_delay_ms;
+  o.check = check;
+  mtp_pool_t *p = mtp_pool_create(&o);
+  REQUIRE(p != NULL, "pool_create");
+  return p;
+}
+static inline mtp_stats_t th_stats(mtp_pool_t *p) {
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(p, &st) == 0);
+  return st;
+}
 
 /* An index or pointer the compiler cannot see through: for planted out-of-bounds accesses, which
  * the compiler would otherwise warn about (-Warray-bounds) or fold away, and which UBSan's

@@ -29,26 +29,9 @@ static void on_error(int err, const char *msg, void *p, void *arg) {
   g_errs++;
 }
 
-static mtp_pool_t *make_pool(long delay_ms, int check) {
-  mtp_options_t o;
-  mtp_options_init(&o);
-  o.name = "large";
-  o.purge_delay_ms = delay_ms;
-  o.check = check;
-  mtp_pool_t *p = mtp_pool_create(&o);
-  REQUIRE(p != NULL, "pool_create");
-  return p;
-}
-
-static mtp_stats_t stats(mtp_pool_t *p) {
-  mtp_stats_t st;
-  CHECK(mtp_pool_stats(p, &st) == 0);
-  return st;
-}
-
 /* Bytes held and not in use: in these pools (no small blocks), the cached mappings. */
 static size_t cached(mtp_pool_t *p) {
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   return st.bytes_reserved - st.bytes_in_use;
 }
 
@@ -57,15 +40,15 @@ static size_t cached(mtp_pool_t *p) {
 #define L (4 * MiB)
 
 static void test_reuse_and_stats(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   char *a = mtp_pool_alloc(p, L);
   REQUIRE(a != NULL, "alloc");
   memset(a, 7, L);
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   CHECK_EQ_SZ(st.large_blocks, 1);
   CHECK_EQ_SZ(st.bytes_in_use, L);
   mtp_free(a);
-  st = stats(p);
+  st = th_stats(p);
   CHECK_EQ_SZ(st.large_blocks, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 0);
   CHECK_EQ_SZ(st.bytes_reserved, L); /* kept: reserved and free, not in use */
@@ -93,7 +76,7 @@ static void test_reuse_and_stats(void) {
   b = mtp_pool_alloc(p, (L / 4));
   CHECK(b == a);
   CHECK_EQ_SZ(mtp_usable_size(b), (L / 4));
-  st = stats(p);
+  st = th_stats(p);
   CHECK_EQ_SZ(st.bytes_returned, 0);
   CHECK_EQ_SZ(st.bytes_in_use, (L / 4));
   CHECK_EQ_SZ(st.bytes_reserved, L);
@@ -118,7 +101,7 @@ static void test_reuse_and_stats(void) {
   memset(c, 1, (L + L / 2));
   mtp_free(b);
   mtp_free(c);
-  st = stats(p);
+  st = th_stats(p);
   CHECK_EQ_SZ(st.allocs, 8);
   CHECK_EQ_SZ(st.frees, 8);
   CHECK_EQ_SZ(st.bytes_returned, 0);
@@ -137,7 +120,7 @@ static bool all_zero(const unsigned char *p, size_t n) {
  * table and uses a corner of it faults in the corner only); a range reused from the cache held a
  * freed block's bytes and is cleared; a checked pool's block is zero too. */
 static void test_calloc(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   size_t n = 8 * MiB;
   unsigned char *a = mtp_pool_calloc(p, 1, n);
   REQUIRE(a != NULL, "calloc");
@@ -162,7 +145,7 @@ static void test_calloc(void) {
   CHECK(all_zero(c, 3 * 33333));
   mtp_free(c);
   mtp_pool_destroy(p);
-  p = make_pool(60000, 1);
+  p = th_pool("large", 60000, 1);
   unsigned char *d = mtp_pool_calloc(p, 1, MiB);
   REQUIRE(d != NULL, "calloc");
   CHECK(all_zero(d, MiB));
@@ -172,7 +155,7 @@ static void test_calloc(void) {
 }
 
 static void test_bound(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   enum { N = 100 };
   static char *b[N];
   for (int i = 0; i < N; i++) { /* 2 MiB each: 64 of them pass the 64 MiB floor */
@@ -182,14 +165,14 @@ static void test_bound(void) {
   size_t max_cached = 0;
   for (int i = 0; i < N; i++) {
     mtp_free(b[i]);
-    mtp_stats_t st = stats(p);
+    mtp_stats_t st = th_stats(p);
     size_t c = st.bytes_reserved - st.bytes_in_use;
     /* the bound: 64 mappings, 64 MiB + a quarter of the live large bytes */
     CHECK(c <= 64 * MiB + st.large_bytes / 4);
     CHECK(c <= 64 * 2 * MiB);
     if (c > max_cached) max_cached = c;
   }
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   printf("cache bound: at most %zu MiB cached, %zu MiB at the end, %zu MiB returned\n",
          max_cached >> 20, (st.bytes_reserved - st.bytes_in_use) >> 20, (size_t)st.bytes_returned >> 20);
   CHECK(max_cached > 64 * MiB); /* the proportional part was used */
@@ -200,12 +183,12 @@ static void test_bound(void) {
   REQUIRE(big != NULL, "alloc");
   mtp_pool_trim(p);
   mtp_free(big);
-  CHECK_EQ_SZ(stats(p).bytes_reserved, 0);
+  CHECK_EQ_SZ(th_stats(p).bytes_reserved, 0);
   mtp_pool_destroy(p);
 }
 
 static void test_purge_after_delay(void) {
-  mtp_pool_t *p = make_pool(500, 0);
+  mtp_pool_t *p = th_pool("large", 500, 0);
   char *a = mtp_pool_alloc(p, 4 * MiB);
   REQUIRE(a != NULL, "alloc");
   memset(a, 3, 4 * MiB);
@@ -216,7 +199,7 @@ static void test_purge_after_delay(void) {
   if (t1 - t0 < 0.4) CHECK_EQ_SZ(kept, 4 * MiB); /* else the machine stalled past the delay */
   while (cached(p) != 0 && th_now() - t0 < 10) usleep(10000);
   double took = th_now() - t0;
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   printf("a cached 4 MiB mapping went back after %.0f ms (delay 500 ms)\n", took * 1e3);
   CHECK_EQ_SZ(st.bytes_reserved, 0);
   CHECK_EQ_SZ(st.bytes_mapped, 0);
@@ -226,18 +209,18 @@ static void test_purge_after_delay(void) {
 }
 
 static void test_trim_and_destroy(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   char *a = mtp_pool_alloc(p, 3 * MiB), *b = mtp_pool_alloc(p, 2 * MiB);
   REQUIRE(a && b, "alloc");
   mtp_free(a);
   CHECK_EQ_SZ(cached(p), 3 * MiB);
   CHECK(mtp_pool_trim(p) >= 3 * MiB);
   CHECK_EQ_SZ(cached(p), 0);
-  CHECK_EQ_SZ(stats(p).bytes_reserved, 2 * MiB);
+  CHECK_EQ_SZ(th_stats(p).bytes_reserved, 2 * MiB);
   mtp_free(b);
   CHECK_EQ_SZ(cached(p), 2 * MiB);
   CHECK(mtp_trim_all() >= 2 * MiB);
-  CHECK_EQ_SZ(stats(p).bytes_reserved, 0);
+  CHECK_EQ_SZ(th_stats(p).bytes_reserved, 0);
   /* destroy with blocks live and cached: every mapping goes (VmSize falls back) */
   long before = th_status_kb("VmSize");
   for (int i = 0; i < 8; i++) {
@@ -253,16 +236,16 @@ static void test_trim_and_destroy(void) {
          after);
   if (!TH_SANITIZED) CHECK(after <= before + 1024 && held >= before + 60 * 1024);
   /* a pool that purges at once keeps nothing; a checked pool keeps its quarantine until trim */
-  mtp_pool_t *z = make_pool(0, 0), *c = make_pool(60000, 1);
+  mtp_pool_t *z = th_pool("large", 0, 0), *c = th_pool("large", 60000, 1);
   a = mtp_pool_alloc(z, MiB);
   b = mtp_pool_alloc(c, MiB);
   REQUIRE(a && b, "alloc");
   mtp_free(a);
   mtp_free(b);
-  CHECK_EQ_SZ(stats(z).bytes_reserved, 0);
-  CHECK(stats(c).bytes_reserved >= MiB && stats(c).bytes_in_use == 0);
+  CHECK_EQ_SZ(th_stats(z).bytes_reserved, 0);
+  CHECK(th_stats(c).bytes_reserved >= MiB && th_stats(c).bytes_in_use == 0);
   CHECK(mtp_pool_trim(c) >= MiB);
-  CHECK_EQ_SZ(stats(c).bytes_reserved, 0);
+  CHECK_EQ_SZ(th_stats(c).bytes_reserved, 0);
   mtp_pool_destroy(z);
   mtp_pool_destroy(c);
 }
@@ -276,7 +259,7 @@ static int read_quarantined(void) {
 }
 
 static void test_checked_quarantine(void) {
-  mtp_pool_t *c = make_pool(60000, 1);
+  mtp_pool_t *c = th_pool("large", 60000, 1);
   g_errs = 0;
   char *a = mtp_pool_alloc(c, 256 * 1024);
   REQUIRE(a != NULL, "alloc");
@@ -307,7 +290,7 @@ static void test_checked_quarantine(void) {
     REQUIRE(x != NULL, "alloc in the loop");
     mtp_free(x);
   }
-  mtp_stats_t st1 = stats(c);
+  mtp_stats_t st1 = th_stats(c);
   CHECK(st1.bytes_reserved <= 64 * (256 * 1024 + 65536) && st1.bytes_in_use == 0);
   CHECK(st1.bytes_returned >= 100 * 256 * 1024);
   CHECK(g_errs == 2);
@@ -316,7 +299,7 @@ static void test_checked_quarantine(void) {
 }
 
 static void test_bad_input(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   g_errs = 0;
   char *a = mtp_pool_alloc(p, 2 * MiB);
   REQUIRE(a != NULL, "alloc");
@@ -339,8 +322,8 @@ static void test_bad_input(void) {
   static char foreign[1 << 16];
   mtp_free(foreign + 4096);
   CHECK(g_errs == 7 && g_err == MTP_ERR_INVALID_POINTER);
-  CHECK_EQ_SZ(stats(p).allocs, 1);
-  CHECK_EQ_SZ(stats(p).frees, 1);
+  CHECK_EQ_SZ(th_stats(p).allocs, 1);
+  CHECK_EQ_SZ(th_stats(p).frees, 1);
   g_errs = 0;
   mtp_pool_destroy(p);
 }
@@ -356,7 +339,7 @@ static int intact(const unsigned char *p, size_t n) {
 }
 
 static void test_realloc(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   /* small -> large -> grown to 8 MiB in 4 KiB steps */
   unsigned char *b = mtp_pool_alloc(p, 20000);
   REQUIRE(b != NULL, "alloc");
@@ -373,7 +356,7 @@ static void test_realloc(void) {
     n = to;
   }
   CHECK(intact(b, n));
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   printf("realloc 20000 B -> 8 MiB in 4 KiB steps: %zu steps, %zu moved\n", steps, moves);
   CHECK(moves < steps / 20); /* room for growth: most steps stay in the mapping */
   CHECK_EQ_SZ(st.large_blocks, 1);
@@ -386,7 +369,7 @@ static void test_realloc(void) {
   CHECK(q == b);
   CHECK(intact(q, MiB));
   CHECK_EQ_SZ(mtp_usable_size(q), MiB);
-  st = stats(p);
+  st = th_stats(p);
   CHECK_EQ_SZ(st.bytes_returned, ret0);
   CHECK_EQ_SZ(st.large_bytes, MiB);
   CHECK_EQ_SZ(cached(p), c0 + held - MiB);
@@ -395,7 +378,7 @@ static void test_realloc(void) {
   CHECK_EQ_SZ(cached(p), c0 + held); /* merged again: one range */
   /* the same growth again: the cached range, grown into in place, with no system call (nothing
    * mapped or returned) */
-  size_t mapped = stats(p).bytes_mapped;
+  size_t mapped = th_stats(p).bytes_mapped;
   b = mtp_pool_alloc(p, 20000);
   moves = 0;
   for (size_t to = 24576; to <= 8 * MiB; to += 4096) {
@@ -404,7 +387,7 @@ static void test_realloc(void) {
     if (r != b && to > 65536) moves++;
     b = r;
   }
-  st = stats(p);
+  st = th_stats(p);
   printf("the same growth again: %zu moved above 64 KiB, %zu bytes mapped (%zu before)\n", moves,
          st.bytes_mapped, mapped);
   /* one move: the medium block (grown in place through its region's free pages) becomes large */
@@ -419,13 +402,13 @@ static void test_realloc(void) {
   REQUIRE(q != NULL, "realloc");
   CHECK(intact(q, 3000));
   CHECK(mtp_pool_of(q) == p);
-  CHECK(stats(p).large_blocks == 0);
+  CHECK(th_stats(p).large_blocks == 0);
   q = mtp_realloc(q, 5 * MiB); /* and back up */
   CHECK(intact(q, 3000));
   CHECK(mtp_usable_size(q) >= 5 * MiB);
   mtp_free(q);
   /* a checked pool copies (exact canary), and still catches an overflow past a large block */
-  mtp_pool_t *c = make_pool(60000, 1);
+  mtp_pool_t *c = th_pool("large", 60000, 1);
   b = mtp_pool_alloc(c, 100000);
   fill(b, 0, 100000);
   q = mtp_realloc(b, 200000);
@@ -442,7 +425,7 @@ static void test_realloc(void) {
 }
 
 static void test_os_failure(void) {
-  mtp_pool_t *p = make_pool(60000, 0);
+  mtp_pool_t *p = th_pool("large", 60000, 0);
   unsigned char *a = mtp_pool_alloc(p, 2 * MiB), *b = mtp_pool_alloc(p, MiB);
   REQUIRE(a && b, "alloc");
   fill(b, 0, MiB);
@@ -466,7 +449,7 @@ static void test_os_failure(void) {
   CHECK(intact(q, MiB / 2));
   mtp_free(q);
   mtp_free(c);
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
   CHECK(g_errs == 0);
   mtp_pool_destroy(p);
@@ -508,7 +491,7 @@ static void *mt_trimmer(void *arg) {
 }
 
 static void test_threads(void) {
-  g_mt_pool = make_pool(5, 0); /* a short delay: the purge thread runs during the test */
+  g_mt_pool = th_pool("large", 5, 0); /* a short delay: the purge thread runs during the test */
   pthread_t t[3];
   for (uintptr_t i = 0; i < 2; i++) pthread_create(&t[i], NULL, mt_worker, (void *)(i + 1));
   pthread_create(&t[2], NULL, mt_trimmer, NULL);
@@ -518,7 +501,7 @@ static void test_threads(void) {
   __atomic_store_n(&g_mt_stop, 1, __ATOMIC_RELAXED);
   pthread_join(t[2], NULL);
   CHECK(r0 == NULL && r1 == NULL);
-  mtp_stats_t st = stats(g_mt_pool);
+  mtp_stats_t st = th_stats(g_mt_pool);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
   CHECK_EQ_SZ(st.allocs, st.frees);
   mtp_pool_destroy(g_mt_pool);

@@ -24,12 +24,6 @@ static int threads(void) {
   return n;
 }
 
-static mtp_stats_t stats(void) {
-  mtp_stats_t st;
-  CHECK(mtp_pool_stats(NULL, &st) == 0);
-  return st;
-}
-
 static int base_threads;
 static char base_tids[4096]; /* " tid tid ... " of the threads there before any test */
 
@@ -71,12 +65,12 @@ static void test_no_thread_for_a_little(void) {
 
 /* Due pages go back at the next allocator call that has news for the purge, made by this thread. */
 static void test_inline_purge(void) {
-  mtp_stats_t st0 = stats();
+  mtp_stats_t st0 = th_stats(NULL);
   CHECK(st0.bytes_reserved > 0);
   usleep(400 * 1000); /* past the default delay (250 ms) */
   void *big = mtp_alloc(100 * 1024);
   mtp_free(big); /* a cached mapping: a wake, which purges what is due here */
-  mtp_stats_t st = stats();
+  mtp_stats_t st = th_stats(NULL);
   fprintf(stderr, "  returned %llu -> %llu bytes; reserved %zu -> %zu KiB\n",
           (unsigned long long)st0.bytes_returned, (unsigned long long)st.bytes_returned,
           st0.bytes_reserved >> 10, st.bytes_reserved >> 10);
@@ -90,14 +84,14 @@ static void test_thread_when_worth_it(void) {
   enum { N = 40000 }; /* 40,000 x 200 B: 8 MiB of slabs */
   static void *p[N];
   for (int i = 0; i < N; i++) p[i] = mtp_alloc(200);
-  mtp_stats_t st0 = stats();
+  mtp_stats_t st0 = th_stats(NULL);
   for (int i = 0; i < N; i++) mtp_free(p[i]);
   CHECK(threads() > base_threads); /* the purge thread (a sanitizer may have started one too) */
   mtp_stats_t st = st0;
   int waited = 0;
   for (; waited < 3000; waited += 20) { /* the delay is 250 ms; allow a loaded machine 3 s */
     usleep(20 * 1000);
-    st = stats();
+    st = th_stats(NULL);
     if (st.bytes_reserved < st0.bytes_reserved / 4) break;
   }
   fprintf(stderr, "  reserved %zu KiB -> %zu KiB after %d ms\n", st0.bytes_reserved >> 10,

@@ -31,26 +31,10 @@ static void on_error(int err, const char *msg, void *p, void *arg) {
   g_errs++;
 }
 
-static mtp_pool_t *make_pool(long delay_ms) {
-  mtp_options_t o;
-  mtp_options_init(&o);
-  o.name = "span";
-  o.purge_delay_ms = delay_ms;
-  mtp_pool_t *p = mtp_pool_create(&o);
-  REQUIRE(p != NULL, "pool_create");
-  return p;
-}
-
-static mtp_stats_t stats(mtp_pool_t *p) {
-  mtp_stats_t st;
-  CHECK(mtp_pool_stats(p, &st) == 0);
-  return st;
-}
-
 static size_t pages_of(size_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
 
 static void test_sizes_and_stats(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   const size_t sizes[] = {MTP_MAX_SMALL + 1, 40000, PAGE, PAGE + 1, 100 * KiB, 200 * KiB, MTP_SPAN_MAX};
   enum { N = sizeof(sizes) / sizeof(sizes[0]) };
   char *b[N];
@@ -64,7 +48,7 @@ static void test_sizes_and_stats(void) {
     memset(b[i], i + 1, mtp_usable_size(b[i]));
     bytes += pages_of(sizes[i]);
   }
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   CHECK_EQ_SZ(st.large_blocks, N);
   CHECK_EQ_SZ(st.large_bytes, bytes);
   CHECK_EQ_SZ(st.blocks_in_use, N);
@@ -76,7 +60,7 @@ static void test_sizes_and_stats(void) {
     CHECK(b[i][0] == i + 1 && b[i][pages_of(sizes[i]) - 1] == i + 1);
     mtp_free(b[i]);
   }
-  st = stats(p);
+  st = th_stats(p);
   CHECK_EQ_SZ(st.large_blocks, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 0);
   CHECK_EQ_SZ(st.frees, N);
@@ -85,7 +69,7 @@ static void test_sizes_and_stats(void) {
   size_t mapped = st.bytes_mapped;
   char *l = mtp_pool_alloc(p, MTP_SPAN_MAX + 1);
   REQUIRE(l != NULL, "alloc");
-  CHECK(stats(p).bytes_mapped > mapped);
+  CHECK(th_stats(p).bytes_mapped > mapped);
   mtp_free(l);
   mtp_pool_destroy(p);
 }
@@ -93,11 +77,11 @@ static void test_sizes_and_stats(void) {
 /* A freed span's pages are free region pages: a small class's slabs take them (resident pages
  * first) and no region is mapped. */
 static void test_reuse_by_small(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   char *s = mtp_pool_alloc(p, MTP_SPAN_MAX);
   REQUIRE(s != NULL, "alloc");
   memset(s, 1, MTP_SPAN_MAX);
-  size_t mapped = stats(p).bytes_mapped;
+  size_t mapped = th_stats(p).bytes_mapped;
   mtp_free(s);
   /* blocks of 4 KiB (one page slabs) until the freed pages are used again, at most a region's */
   enum { MAX = 1024 };
@@ -111,7 +95,7 @@ static void test_reuse_by_small(void) {
   }
   printf("a small block took a freed span's page after %d blocks of 4 KiB\n", n);
   CHECK(inside > 0);
-  CHECK_EQ_SZ(stats(p).bytes_mapped, mapped); /* no new region */
+  CHECK_EQ_SZ(th_stats(p).bytes_mapped, mapped); /* no new region */
   for (int i = 0; i < n; i++) mtp_free(small[i]);
   /* and a span takes what a slab left */
   mtp_pool_trim(p);
@@ -126,7 +110,7 @@ static bool all_zero(const unsigned char *p, size_t n) {
 }
 
 static void test_calloc(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   size_t n = 200 * KiB;
   /* never-touched pages: zero, and not written (not faulted in) */
   unsigned char *a = mtp_pool_calloc(p, 1, n);
@@ -169,7 +153,7 @@ static bool intact(const unsigned char *p, size_t n) {
 }
 
 static void test_realloc(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   /* grow in place while the pages after it are free */
   unsigned char *a = mtp_pool_alloc(p, 40 * KiB);
   REQUIRE(a != NULL, "alloc");
@@ -179,12 +163,12 @@ static void test_realloc(void) {
   CHECK_EQ_SZ(mtp_usable_size(q), 192 * KiB);
   CHECK(intact(q, 40 * KiB));
   fill(q, 40 * KiB, 150 * KiB);
-  CHECK_EQ_SZ(stats(p).large_bytes, 192 * KiB);
+  CHECK_EQ_SZ(th_stats(p).large_bytes, 192 * KiB);
   /* shrink in place: its tail pages are free again */
   q = mtp_realloc(q, 70 * KiB);
   CHECK(q == a);
   CHECK_EQ_SZ(mtp_usable_size(q), 128 * KiB);
-  CHECK_EQ_SZ(stats(p).large_bytes, 128 * KiB);
+  CHECK_EQ_SZ(th_stats(p).large_bytes, 128 * KiB);
   CHECK(intact(q, 70 * KiB));
   /* a block in the way: the next growth moves */
   unsigned char *wall = mtp_pool_alloc(p, 64 * KiB);
@@ -215,14 +199,14 @@ static void test_realloc(void) {
   CHECK_EQ_SZ(mtp_usable_size(q), 64 * KiB);
   mtp_free_sized(q, 60 * KiB);
   mtp_free(wall);
-  CHECK_EQ_SZ(stats(p).blocks_in_use, 0);
+  CHECK_EQ_SZ(th_stats(p).blocks_in_use, 0);
   CHECK(g_errs == 0);
   mtp_pool_destroy(p);
 }
 
 static void test_aligned(void) {
-  mtp_pool_t *p = make_pool(60000);
-  size_t mapped0 = stats(p).bytes_mapped;
+  mtp_pool_t *p = th_pool("span", 60000, 0);
+  size_t mapped0 = th_stats(p).bytes_mapped;
   void *a = mtp_pool_alloc_aligned(p, 100, PAGE); /* no class: a one-page span */
   void *b = mtp_pool_alloc_aligned(p, 100 * KiB, PAGE);
   void *c = mtp_pool_alloc_aligned(p, 100 * KiB, 2 * PAGE); /* beyond a page: a large block */
@@ -230,7 +214,7 @@ static void test_aligned(void) {
   CHECK(((uintptr_t)a & (PAGE - 1)) == 0 && ((uintptr_t)b & (PAGE - 1)) == 0);
   CHECK(((uintptr_t)c & (2 * PAGE - 1)) == 0);
   CHECK_EQ_SZ(mtp_usable_size(a), PAGE);
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   CHECK_EQ_SZ(st.large_blocks, 3);
   CHECK(st.bytes_mapped >= mapped0 + 4 * MiB);
   mtp_free_sized(a, 100); /* the requested size */
@@ -251,7 +235,7 @@ static int visit_count(void *arg, void *block, size_t usable, unsigned cls) {
 }
 
 static void test_visit(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   char *a = mtp_pool_alloc(p, 50 * KiB), *b = mtp_pool_alloc(p, 130 * KiB);
   char *c = mtp_pool_alloc(p, 100), *d = mtp_pool_alloc(p, 90 * KiB);
   REQUIRE(a && b && c && d, "alloc");
@@ -268,7 +252,7 @@ static void test_visit(void) {
 }
 
 static void test_misuse(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   g_errs = 0;
   char *a = mtp_pool_alloc(p, 100 * KiB);
   REQUIRE(a != NULL, "alloc");
@@ -283,7 +267,7 @@ static void test_misuse(void) {
   mtp_free_sized(a, 129 * KiB); /* beyond the usable size */
   CHECK(g_errs == 5 && g_err == MTP_ERR_WRONG_SIZE);
   CHECK(mtp_usable_size(a + 8) == 0 && g_errs == 6 && g_err == MTP_ERR_INVALID_POINTER);
-  CHECK_EQ_SZ(stats(p).large_blocks, 1); /* none of that freed it */
+  CHECK_EQ_SZ(th_stats(p).large_blocks, 1); /* none of that freed it */
   mtp_free_sized(a, 40 * KiB); /* above MTP_MAX_SMALL, below the usable size: accepted */
   CHECK(g_errs == 6);
   mtp_free(a); /* its pages are free: a double free */
@@ -293,7 +277,7 @@ static void test_misuse(void) {
   errno = 0;
   CHECK(mtp_realloc(a, 200 * KiB) == NULL && errno == EINVAL && g_errs == 9);
   CHECK(mtp_pool_of(a) == NULL);
-  CHECK_EQ_SZ(stats(p).frees, 1);
+  CHECK_EQ_SZ(th_stats(p).frees, 1);
   /* a write after free into a span's start is reported when a span takes the page again */
   char *b = mtp_pool_alloc(p, 100 * KiB);
   REQUIRE(b != NULL, "alloc");
@@ -310,24 +294,24 @@ static void test_misuse(void) {
 }
 
 static void test_purge_trim_destroy(void) {
-  mtp_pool_t *p = make_pool(200);
+  mtp_pool_t *p = th_pool("span", 200, 0);
   char *a = mtp_pool_alloc(p, 200 * KiB);
   REQUIRE(a != NULL, "alloc");
   memset(a, 1, 200 * KiB);
   mtp_free(a);
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   CHECK_EQ_SZ(st.bytes_returned, 0);
   /* after the delay the pages go back (the region, all free, too) */
   double t0 = th_now();
-  while (stats(p).bytes_returned < 192 * KiB && th_now() - t0 < 5.0) usleep(20000);
-  CHECK(stats(p).bytes_returned >= 192 * KiB);
+  while (th_stats(p).bytes_returned < 192 * KiB && th_now() - t0 < 5.0) usleep(20000);
+  CHECK(th_stats(p).bytes_returned >= 192 * KiB);
   /* trim returns at once; with only spans used, the pool's regions all go */
-  mtp_pool_t *q = make_pool(60000);
+  mtp_pool_t *q = th_pool("span", 60000, 0);
   char *b = mtp_pool_alloc(q, 256 * KiB);
   memset(b, 1, 256 * KiB);
   mtp_free(b);
   CHECK(mtp_pool_trim(q) >= 256 * KiB);
-  CHECK_EQ_SZ(stats(q).bytes_mapped, 0);
+  CHECK_EQ_SZ(th_stats(q).bytes_mapped, 0);
   /* destroy with live spans: they go with the regions */
   for (int i = 0; i < 20; i++) CHECK(mtp_pool_alloc(q, 100 * KiB + (size_t)i * 4096) != NULL);
   mtp_pool_destroy(q);
@@ -340,7 +324,7 @@ static void test_purge_trim_destroy(void) {
  * every span operation validates the region accounting (free and dirty masks, free-page counts,
  * descriptors) first. */
 static void test_churn_accounting(void) {
-  mtp_pool_t *p = make_pool(60000);
+  mtp_pool_t *p = th_pool("span", 60000, 0);
   enum { SLOTS = 96 };
   unsigned char *blk[SLOTS] = {0};
   size_t len[SLOTS] = {0};
@@ -383,11 +367,11 @@ static void test_churn_accounting(void) {
         span_bytes += mtp_usable_size(blk[i]);
       }
     }
-  mtp_stats_t st = stats(p);
+  mtp_stats_t st = th_stats(p);
   CHECK_EQ_SZ(st.blocks_in_use, live);
   CHECK(st.large_blocks >= spans && st.large_bytes >= span_bytes); /* shrunk large ones stay large */
   for (int i = 0; i < SLOTS; i++) mtp_free(blk[i]);
-  st = stats(p);
+  st = th_stats(p);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 0);
   mtp_pool_trim(p);
@@ -441,15 +425,15 @@ static void *mt_worker(void *arg) {
 }
 
 static void test_threads(void) {
-  g_mt_pool = make_pool(50);
+  g_mt_pool = th_pool("span", 50, 0);
   pthread_t t[2];
   for (intptr_t i = 0; i < 2; i++) REQUIRE(pthread_create(&t[i], NULL, mt_worker, (void *)i) == 0, "create");
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < MT_RING; i++)
       if (g_ring[k][i]) mtp_free(g_ring[k][i]);
-  CHECK_EQ_SZ(stats(g_mt_pool).blocks_in_use, 0);
-  CHECK_EQ_SZ(stats(g_mt_pool).allocs, 2 * MT_ROUNDS);
+  CHECK_EQ_SZ(th_stats(g_mt_pool).blocks_in_use, 0);
+  CHECK_EQ_SZ(th_stats(g_mt_pool).allocs, 2 * MT_ROUNDS);
   mtp_pool_destroy(g_mt_pool);
   CHECK(g_errs == 0);
 }
