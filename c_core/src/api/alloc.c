@@ -160,13 +160,10 @@ MTP_INLINE void free_fast(mtpi_page_t *d, mtpi_page_t *s, void *p) {
   }
 }
 
-/* The head of d's span with one load and no branch (types.h). A block in a later page of a
- * multi-page slab (classes above 4 KiB) so takes the fast path as a block in the first page
- * does; before, the owner compare on d itself (a TAIL holds no owner) sent it to
- * mtp__heap_free_other: a branch that mispredicted on about half the frees of the 1-32 KiB
- * churn. */
-MTP_INLINE mtpi_page_t *head_of(mtpi_page_t *d) { return d->head; }
-
+/* free_fast gets the head of b's page (mtp__page_head: one load, no branch), so a block in a
+ * later page of a multi-page slab (classes above 4 KiB) takes the fast path as one in the first
+ * page does; before, the owner compare on the page's own TAIL descriptor (no owner) sent it to
+ * mtp__heap_free_other: a branch that mispredicted on about half the frees of the 1-32 KiB churn. */
 void mtp_free(void *p) {
   uintptr_t u = (uintptr_t)p;
   if (MTP_UNLIKELY(!mtp__is_region_ptr(u))) {
@@ -174,7 +171,7 @@ void mtp_free(void *p) {
     return;
   }
   mtpi_page_t *d = mtp__page_desc(u);
-  free_fast(d, head_of(d), p);
+  free_fast(d, mtp__page_head(d), p);
 }
 
 static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
@@ -213,7 +210,7 @@ void mtp_free_sized(void *p, size_t size) {
     free_not_region(p, size, true);
     return;
   }
-  mtpi_page_t *d = mtp__page_desc(u), *s = head_of(d);
+  mtpi_page_t *d = mtp__page_desc(u), *s = mtp__page_head(d);
   if (MTP_LIKELY(size - s->size_min <= s->size_span)) /* size maps to this block's class */
     free_fast(d, s, p);
   else

@@ -148,7 +148,7 @@ enum {
 
 /* The page descriptor: one per 64 KiB page of a region, out of band in the region header. A slab
  * spans `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
- * (head_delta leads back to the first). A FREE page's descriptor keeps only free_time_ms.
+ * (their head points back to the first). A FREE page's descriptor keeps only free_time_ms.
  *
  * A medium block (pool/span.c) is a SPAN: `pages` pages, its first descriptor of kind SPAN, the
  * others TAIL as for a slab. Every field of a SPAN descriptor is written under the pool lock,
@@ -215,7 +215,9 @@ typedef struct mtpi_page {
    * creation, with the TAILs, and when a page becomes FREE). So the free fast path finds a
    * block's slab with one load and no branch on the kind, a block in a later page of a
    * multi-page slab as one in its first. In the first line, beside owner and bump, which the
-   * fast path reads next. */
+   * fast path reads next. Plain, written under the pool lock and read without it: a free of a
+   * block in use reads it while the block keeps its span, and so its head, fixed; a stale pointer
+   * may read another span's head, and the owner and bump checks that follow send it on as before. */
   struct mtpi_page *head;
   /* second cache line: shared */
   mtpi_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
@@ -227,7 +229,6 @@ typedef struct mtpi_page {
   uint8_t kind;
   uint8_t list;
   uint8_t checked;
-  uint16_t head_delta;   /* TAIL: index distance back to its head (0 on other descriptors) */
   uint64_t free_time_ms; /* FREE page: when it became free; cached or pool-empty slab: since when
                             it holds no block */
   uint8_t *check_bits;   /* checked mode: allocation bitmap (one bit per block) */

@@ -269,7 +269,7 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
   /* The fast path tried the owner's push on s, the head of b's page d (d itself, or for a block
    * in a later page of a multi-page slab its slab's first descriptor; head is constant while b
    * is in use). What is left: the remote push, one of our exhausted slabs, the slow path. */
-  mtpi_page_t *s = d->head;
+  mtpi_page_t *s = mtp__page_head(d);
   uint32_t off = (uint32_t)((char *)b - mtp__page_start(s));
   if (MTP_LIKELY(remote_fast(s, b, off))) return;
   /* One of our exhausted slabs has room again (churn makes this common): only an owned slab's

@@ -4,7 +4,7 @@
  *
  * Compared with a large block (large.c): no mapping of its own, no hash, no process-wide lock. A
  * free finds the span from the address as a small free finds its slab (chunk map, descriptor by
- * masking, head by head_delta); its owner word is 0, so the free fast path misses and
+ * masking, its head); its owner word is 0, so the free fast path misses and
  * mtp__heap_free_slow dispatches on the kind. A freed span's pages go back to the region as free
  * pages under the pool lock, like a released slab's: any slab or span reuses them, and they are
  * purged after the pool's delay. So no system call is made while the regions have room.

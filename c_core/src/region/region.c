@@ -311,7 +311,6 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
   for (unsigned i = 1; i < pages; i++) {
     memset(&s[i], 0, sizeof(mtpi_page_t));
     s[i].kind = MTP_PAGE_TAIL;
-    s[i].head_delta = (uint16_t)i;
     s[i].head = s;
   }
   return s;
@@ -325,8 +324,7 @@ static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned
     mtpi_page_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
     d->kind = MTP_PAGE_FREE;
-    d->head_delta = 0; /* not a TAIL any more: its own head (types.h) */
-    d->head = d;
+    d->head = d; /* not a TAIL any more: its own head (types.h) */
     d->list = MTP_LIST_NONE;
     d->free_time_ms = now_ms;
     d->check_bits = NULL;
@@ -394,7 +392,6 @@ static void set_tails(mtpi_page_t *head, unsigned from, unsigned to) {
   for (unsigned i = from; i < to; i++) {
     memset(&head[i], 0, sizeof(mtpi_page_t));
     head[i].kind = MTP_PAGE_TAIL;
-    head[i].head_delta = (uint16_t)i;
     head[i].head = head;
   }
 }
@@ -538,8 +535,7 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       }
       MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
       MTP_ASSERT(!dirty || is_free);
-      MTP_ASSERT(d->head == d - d->head_delta); /* the free fast path's head */
-      MTP_ASSERT(d->kind == MTP_PAGE_TAIL || d->head_delta == 0);
+      MTP_ASSERT((d->kind == MTP_PAGE_TAIL) == (d->head != d)); /* the free fast path's head */
       free_pages += is_free;
       if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_SPAN) {
         if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1..16 pages, a power of two, aligned to it */
@@ -551,11 +547,11 @@ void mtp__region_validate(mtpi_rset_t *rs) {
         }
         MTP_ASSERT(i + d->pages <= MTP_PAGES_PER_REGION);
         for (unsigned k = 1; k < d->pages; k++)
-          MTP_ASSERT(d[k].kind == MTP_PAGE_TAIL && d[k].head_delta == k);
+          MTP_ASSERT(d[k].kind == MTP_PAGE_TAIL && d[k].head == d);
       } else if (d->kind == MTP_PAGE_TAIL) {
-        MTP_ASSERT(d->head_delta > 0 && d->head_delta <= i);
-        mtpi_page_t *h = d - d->head_delta;
-        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_SPAN) && d->head_delta < h->pages);
+        mtpi_page_t *h = d->head;
+        MTP_ASSERT(h >= &r->pages[FIRST_PAGE] && h < d);
+        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_SPAN) && d - h < h->pages);
       }
     }
     MTP_ASSERT(free_pages == r->h.free_pages);

@@ -28,10 +28,9 @@ MTP_INLINE mtpi_page_t *mtp__page_desc(uintptr_t u) {
   uintptr_t page_off = (u >> (MTP_PAGE_SHIFT - 7)) & ((MTP_PAGES_PER_REGION - 1) << 7);
   return (mtpi_page_t *)((u & ~(MTP_REGION_SIZE - 1)) + offsetof(mtpi_region_t, pages) + page_off);
 }
-/* The descriptor that describes d's span: d itself, or for a TAIL page the span's first page. */
-MTP_INLINE mtpi_page_t *mtp__page_head(mtpi_page_t *d) {
-  return d->kind == MTP_PAGE_TAIL ? d - d->head_delta : d;
-}
+/* The descriptor that describes d's span: d itself, or for a TAIL page the span's first page
+ * (one load, no branch: types.h). */
+MTP_INLINE mtpi_page_t *mtp__page_head(mtpi_page_t *d) { return d->head; }
 /* The descriptor of the slab (or free span) that holds u: the "slab of this pointer" step. */
 MTP_INLINE mtpi_page_t *mtp__slab_of(uintptr_t u) { return mtp__page_head(mtp__page_desc(u)); }
 /* First byte of the memory d describes. */
