@@ -105,6 +105,19 @@ int mtp__os_purge(void *p, size_t size) {
   return madvise(p, size, MADV_DONTNEED) == 0 ? 0 : errno;
 }
 
+int mtp__os_lock_init(pthread_mutex_t *m) {
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+  pthread_mutexattr_t a;
+  int e = pthread_mutexattr_init(&a);
+  if (e == 0) e = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+  if (e == 0) e = pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+  return e;
+#else
+  return pthread_mutex_init(m, NULL);
+#endif
+}
+
 uint64_t mtp__os_now_ms(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0; /* cannot fail for CLOCK_MONOTONIC */

@@ -4,6 +4,7 @@
 #ifndef MTP_OS_H
 #define MTP_OS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,11 @@ int mtp__os_populate(void *p, size_t size);
 int mtp__os_unmap(void *p, size_t size);
 /* Give the pages back to the OS; they read as zero when touched again. pre: page-aligned. */
 int mtp__os_purge(void *p, size_t size);
+/* Initialise a lock held for short stretches by many threads (a pool's lock): where the C
+ * library offers it (glibc's adaptive mutex), a thread that finds it held spins a while before it
+ * sleeps, so two threads that take it in turn do not pay a futex wake-up each time. Returns 0 or
+ * the errno of pthread_mutex_init. */
+int mtp__os_lock_init(pthread_mutex_t *m);
 /* Milliseconds from a monotonic clock. */
 uint64_t mtp__os_now_ms(void);
 

@@ -36,6 +36,7 @@
  *     access faults, the address is not handed out again at once and a second free is reported as
  *     a double free.
  * Free ranges are poisoned for AddressSanitizer while cached. */
+#define _GNU_SOURCE /* glibc's adaptive mutex initializer */
 #include <errno.h>
 #include <string.h>
 
@@ -62,7 +63,12 @@
 #define FREED_BYTES 128
 #define FREED_FILL 0xDF
 
+/* Spins a while before it sleeps, as a pool's lock does (mtp__os_lock_init says why). */
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+pthread_mutex_t mtp__large_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+#else
 pthread_mutex_t mtp__large_lock = PTHREAD_MUTEX_INITIALIZER;
+#endif
 static mtpi_large_t *hash[1u << HASH_BITS];
 
 static unsigned hash_of(const void *p) {

@@ -576,7 +576,7 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   static mtpi_pool_t default_record;
   mtpi_pool_t *p = is_default ? &default_record : mtp__meta_alloc(sizeof(*p));
   if (p == NULL) return NULL;
-  if (pthread_mutex_init(&p->lock, NULL) != 0) {
+  if (mtp__os_lock_init(&p->lock) != 0) {
     if (!is_default) mtp__meta_free(p, sizeof(*p));
     errno = ENOMEM;
     return NULL;
