@@ -37,7 +37,7 @@ static size_t cached(mtp_pool_t *p) {
 
 /* Sizes here are above the medium range (MTP_SPAN_MAX, at most 1 MiB): medium blocks are pages of
  * the pool's regions (tests/api/test_span.c), not cached ranges. */
-#define L (4 * MiB)
+#define L (8 * MiB)
 
 static void test_reuse_and_stats(void) {
   mtp_pool_t *p = th_pool("large", 60000, 0);

@@ -1,6 +1,7 @@
 /* Medium blocks (above 32 KiB, up to MTP_SPAN_MAX): spans of 64 KiB pages of the pool's regions
  * (c_core/src/pool/span.c). Sizes, alignment and usable size; statistics and the heap walk; a
- * freed span's pages reused by a small class with no new region; calloc (zero, untouched pages
+ * freed span's pages reused by a small class with no new region; a freed span kept by its
+ * freeing thread's cache (reuse, misuse reports, trim, thread exit); calloc (zero, untouched pages
  * not faulted in); realloc in place (grow, shrink) and across small, medium and large; the exact
  * reports of misuse (double free, interior pointer, wrong size, a write after free); trim,
  * purge after the delay, destroy; the region accounting under churn (MTPOOL_DEBUG=2 builds
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -24,8 +26,10 @@
 
 static int g_err, g_errs;
 static void *g_err_ptr;
+static const char *g_msg = "";
 static void on_error(int err, const char *msg, void *p, void *arg) {
-  (void)msg, (void)arg;
+  (void)arg;
+  g_msg = msg;
   g_err = err;
   g_err_ptr = p;
   g_errs++;
@@ -74,10 +78,21 @@ static void test_sizes_and_stats(void) {
   mtp_pool_destroy(p);
 }
 
-/* A freed span's pages are free region pages: a small class's slabs take them (resident pages
- * first) and no region is mapped. */
+static mtp_pool_t *pool_cache(const char *name, size_t thread_cache_bytes) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.name = name;
+  o.purge_delay_ms = 60000;
+  o.thread_cache_bytes = thread_cache_bytes;
+  mtp_pool_t *p = mtp_pool_create(&o);
+  REQUIRE(p != NULL, "pool_create");
+  return p;
+}
+
+/* In a pool that keeps no span in its threads' caches, a freed span's pages are free region
+ * pages: a small class's slabs take them (resident pages first) and no region is mapped. */
 static void test_reuse_by_small(void) {
-  mtp_pool_t *p = th_pool("span", 60000, 0);
+  mtp_pool_t *p = pool_cache("span", 0);
   char *s = mtp_pool_alloc(p, MTP_SPAN_MAX);
   REQUIRE(s != NULL, "alloc");
   memset(s, 1, MTP_SPAN_MAX);
@@ -293,6 +308,99 @@ static void test_misuse(void) {
   mtp_pool_destroy(p);
 }
 
+/* A span freed by a thread that allocates from the pool waits in that thread's cache: the next
+ * span of as many pages (or up to a quarter more) is that one, taken without the pool lock. While
+ * cached it is free in the statistics and the heap walk, and every misuse of its address is still
+ * reported; trim and the thread's exit give it back to its region. */
+static void *alloc_100k(void *arg) { return mtp_pool_alloc(arg, 100 * KiB); }
+static void *alloc_free_300k(void *arg) {
+  char *a = mtp_pool_alloc(arg, 300 * KiB);
+  if (a) memset(a, 1, 300 * KiB);
+  mtp_free(a);
+  return a;
+}
+static void test_thread_cache(void) {
+  mtp_pool_t *p = pool_cache("span", 2 * MiB);
+  g_errs = 0;
+  char *a = mtp_pool_alloc(p, 100 * KiB);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 1, 100 * KiB);
+  mtp_free(a);
+  mtp_stats_t st = th_stats(p);
+  CHECK_EQ_SZ(st.large_blocks, 0);
+  CHECK_EQ_SZ(st.bytes_in_use, 0);
+  CHECK_EQ_SZ(st.frees, 1);
+  char *b = mtp_pool_alloc(p, 120 * KiB);
+  CHECK(b == a); /* the same two pages */
+  CHECK_EQ_SZ(th_stats(p).large_bytes, 128 * KiB);
+  mtp_free(b);
+  /* misuse of a cached span's address */
+  mtp_free(b);
+  CHECK(g_errs == 1 && g_err == MTP_ERR_DOUBLE_FREE && g_err_ptr == b && strstr(g_msg, "freed already"));
+  mtp_free_sized(b, 120 * KiB);
+  CHECK(g_errs == 2 && g_err == MTP_ERR_DOUBLE_FREE);
+  errno = 0;
+  CHECK(mtp_realloc(b, 200 * KiB) == NULL && errno == EINVAL && g_errs == 3);
+  CHECK(mtp_pool_of(b) == NULL);
+  mtp_free(b + 4096);
+  CHECK(g_errs == 4 && g_err == MTP_ERR_INVALID_POINTER);
+  g_errs = 0;
+  size_t got[3] = {0, 0, 0};
+  CHECK(mtp_pool_visit(p, visit_count, got) == 0);
+  CHECK_EQ_SZ(got[0], 0);
+  /* up to a quarter more pages: a 5-page span serves a 4-page request, whole */
+  char *c = mtp_pool_alloc(p, 300 * KiB);
+  REQUIRE(c != NULL, "alloc");
+  mtp_free(c);
+  char *d = mtp_pool_alloc(p, 250 * KiB);
+  CHECK(d == c);
+  CHECK_EQ_SZ(mtp_usable_size(d), 320 * KiB);
+  mtp_free_sized(d, 250 * KiB);
+  CHECK(g_errs == 0);
+  /* calloc from the cache: the dirty pages cleared */
+  unsigned char *z = mtp_pool_calloc(p, 1, 250 * KiB);
+  CHECK(z == (unsigned char *)c);
+  CHECK(all_zero(z, 250 * KiB));
+  mtp_free(z);
+  /* a write after free into a cached span's start is reported when it is handed out again */
+  if (!TH_SANITIZED) { /* (AddressSanitizer reports the write itself) */
+    memset(c, 'W', 16);
+    char *e = mtp_pool_alloc(p, 300 * KiB);
+    CHECK(e == c);
+    CHECK(g_errs == 1 && g_err == MTP_ERR_USE_AFTER_FREE && g_err_ptr == e);
+    mtp_free(e);
+    g_errs = 0;
+  }
+  /* trim gives the cached spans back */
+  CHECK(mtp_pool_trim(p) >= 320 * KiB + 128 * KiB);
+  CHECK_EQ_SZ(th_stats(p).bytes_mapped, 0);
+  /* a span another thread allocated, freed here: this thread's cache keeps it */
+  pthread_t t;
+  void *r = NULL;
+  REQUIRE(pthread_create(&t, NULL, alloc_100k, p) == 0, "create");
+  pthread_join(t, &r);
+  REQUIRE(r != NULL, "alloc in thread");
+  mtp_free(r);
+  CHECK(mtp_pool_alloc(p, 100 * KiB) == r);
+  mtp_free(r);
+  /* a thread's cached span goes back to its region when the thread exits */
+  REQUIRE(pthread_create(&t, NULL, alloc_free_300k, p) == 0, "create");
+  pthread_join(t, &r);
+  st = th_stats(p);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK(mtp_pool_trim(p) >= 320 * KiB + 128 * KiB);
+  /* a bound: spans above the pool's thread_cache_bytes are never cached */
+  mtp_pool_t *q = pool_cache("span", 256 * KiB);
+  char *big = mtp_pool_alloc(q, 300 * KiB);
+  REQUIRE(big != NULL, "alloc");
+  mtp_free(big);
+  mtp_free(big);
+  CHECK(g_errs == 1 && g_err == MTP_ERR_DOUBLE_FREE && strstr(g_msg, "already free")); /* not cached: its pages are free */
+  g_errs = 0;
+  mtp_pool_destroy(q);
+  mtp_pool_destroy(p);
+}
+
 static void test_purge_trim_destroy(void) {
   mtp_pool_t *p = th_pool("span", 200, 0);
   char *a = mtp_pool_alloc(p, 200 * KiB);
@@ -447,6 +555,7 @@ int main(void) {
   RUN(test_aligned);
   RUN(test_visit);
   RUN(test_misuse);
+  RUN(test_thread_cache);
   RUN(test_purge_trim_destroy);
   RUN(test_churn_accounting);
   RUN(test_fork);

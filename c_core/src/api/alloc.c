@@ -88,7 +88,7 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   unsigned cls = mtp__class_aligned(size ? size : 1, alignment);
   if (cls < MTP_NUM_CLASSES) return mtp__heap_alloc_class(pool, cls);
   /* a medium block starts on a page: 64 KiB aligned */
-  if (size <= MTP_SPAN_MAX && alignment <= MTP_PAGE_SIZE) return mtp__span_alloc(pool, size, false);
+  if (size <= MTP_SPAN_MAX && alignment <= MTP_PAGE_SIZE) return mtp__heap_span_alloc(pool, size, false);
   return mtp__large_alloc(pool, size, alignment);
 }
 
@@ -104,7 +104,7 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
  * pages (span.c, large.c). */
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
-  if (!p->check) return n <= MTP_SPAN_MAX ? mtp__span_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
+  if (!p->check) return n <= MTP_SPAN_MAX ? mtp__heap_span_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
   void *b = mtp_pool_alloc(pool, n);
   if (b != NULL) memset(b, 0, n);
   return b;
@@ -177,7 +177,7 @@ void mtp_free(void *p) {
 static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
   mtpi_page_t *h = mtp__page_head(s);
   if (h->kind == MTP_PAGE_SPAN) {
-    mtp__span_free(p, size, true);
+    mtp__heap_span_free(h, p, size, true);
     return;
   }
   if (h->kind == MTP_PAGE_SLAB) {
@@ -227,8 +227,8 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
     mtpi_page_t *s = mtp__slab_of(u);
-    if (s->kind == MTP_PAGE_SPAN) {
-      if ((const char *)p != mtp__page_start(s)) return false;
+    if (s->kind == MTP_PAGE_SPAN) { /* freed: MTP_SPAN_CACHED (types.h) */
+      if ((const char *)p != mtp__page_start(s) || mtp__load_relaxed(&s->thread_free) != 0) return false;
       *usable_out = mtp__span_usable(s);
     } else if (s->kind != MTP_PAGE_SLAB) {
       return false;
@@ -288,7 +288,7 @@ void *mtp_realloc(void *p, size_t size) {
       if (q != NULL) return q;
     }
     /* one that becomes medium gets its pages (which realloc grows in place while it can) */
-    q = size <= MTP_SPAN_MAX ? mtp__span_alloc(pool, size, false)
+    q = size <= MTP_SPAN_MAX ? mtp__heap_span_alloc(pool, size, false)
                              : mtp__large_alloc_room(pool, size, size / 8);
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);

@@ -19,13 +19,14 @@ MTP_NO_TSAN static size_t slab_in_use(mtpi_page_t *s) {
   return base > pending ? base - pending : 0;
 }
 
-/* The cache path re-formats a slab without the pool lock: read descriptors as a racy snapshot.
- * Returns the bytes of s if it is a medium block (0 otherwise): a SPAN descriptor is written only
- * under the pool lock, which the caller holds, so that figure is exact (the cache path writes
- * SLAB over SLAB, never SPAN). */
+/* The cache path re-formats a slab, and caches and hands out spans, without the pool lock: read
+ * descriptors as a racy snapshot. Returns the bytes of s if it is a medium block in use (0
+ * otherwise; a span in a thread's cache is free bytes). A SPAN's kind and pages are written only
+ * under the pool lock, which the caller holds (the cache path writes SLAB over SLAB, never SPAN). */
 MTP_NO_TSAN static size_t slab_account(mtpi_page_t *s, mtp_stats_t *out) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
-  if (kind == MTP_PAGE_SPAN) return mtp__span_usable(s);
+  if (kind == MTP_PAGE_SPAN)
+    return mtp__load_relaxed(&s->thread_free) == MTP_SPAN_CACHED ? 0 : mtp__span_usable(s);
   if (kind != MTP_PAGE_SLAB) return 0;
   unsigned cls = s->cls;
   if (cls >= MTP_NUM_CLASSES) return 0;

@@ -39,8 +39,12 @@ MTP_NO_TSAN static void mark_list(const mtpi_page_t *s, char *start, char *bump,
  * value. */
 MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, mtp_visit_fn visit, void *arg) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
-  /* a medium block's descriptor changes only under the pool lock: exact */
-  if (kind == MTP_PAGE_SPAN) return visit(arg, mtp__page_start(s), mtp__span_usable(s), MTP_VISIT_LARGE);
+  /* a medium block's kind and pages change only under the pool lock; a freed one may wait in its
+   * freeing thread's cache (thread_free: a snapshot while that thread runs) */
+  if (kind == MTP_PAGE_SPAN)
+    return mtp__load_relaxed(&s->thread_free) == MTP_SPAN_CACHED
+               ? 0
+               : visit(arg, mtp__page_start(s), mtp__span_usable(s), MTP_VISIT_LARGE);
   if (kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE || s->list == MTP_LIST_POOL_EMPTY)
     return 0;
   uint32_t bs = s->block_size, cap = s->capacity;

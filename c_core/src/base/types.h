@@ -74,7 +74,7 @@
  * pool's regions (pool/span.c); above it, a large block (pool/large.c). At most a region's usable
  * pages (region.h checks). */
 #ifndef MTP_SPAN_MAX
-#define MTP_SPAN_MAX ((size_t)256 << 10)
+#define MTP_SPAN_MAX ((size_t)1 << 20)
 #endif
 #define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
 #define MTP_UPPER_SHIFT 4    /* the upper table's step, 16 B: every class above 1 KiB is a multiple */
@@ -146,16 +146,25 @@ enum {
 #define MTP_USED_CURRENT ((uint32_t)1 << 31)
 #define MTP_USED(s) ((s)->used & ~MTP_USED_CURRENT)
 
+/* A medium block's thread_free once it is freed (pool/span.c): set by the free's CAS, so that of
+ * two frees of one block exactly one gets it; cleared when the span is handed out again. */
+#define MTP_SPAN_CACHED ((uintptr_t)1)
+/* A freed medium block's block_size (pool/span.c: its pages' freed pattern is checked on reuse). */
+#define MTP_SPAN_FREED_SIZE UINT32_MAX
+
 /* The page descriptor: one per 64 KiB page of a region, out of band in the region header. A slab
  * spans `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
  * (their head points back to the first). A FREE page's descriptor keeps only free_time_ms.
  *
  * A medium block (pool/span.c) is a SPAN: `pages` pages, its first descriptor of kind SPAN, the
- * others TAIL as for a slab. Every field of a SPAN descriptor is written under the pool lock,
- * while the block is handed out, resized in place (realloc) or freed: block_size holds the
+ * others TAIL as for a slab. A SPAN descriptor is written under the pool lock when the span
+ * is formatted, resized in place (realloc) or released to its region: block_size holds the
  * requested size, `pages` the length; owner is 0 (so every free of it misses the fast path and
  * reaches mtp__heap_free_slow), cls is MTP_NUM_CLASSES, size_min/size_span make a sized free's
- * class compare fail (UINT32_MAX, 0), thread_free is 0 and it is on no list.
+ * class compare fail (UINT32_MAX, 0). thread_free is 0 while the block is handed out and
+ * MTP_SPAN_CACHED once it is freed. A freed span may wait in the freeing thread's cache (list
+ * MTP_LIST_HEAP_CACHE, pool.c): that thread alone then writes block_size, list and link, and
+ * hands the span out again without the pool lock.
  *
  * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
  * owning thread's token) or DETACHED (no owner: full when its owner moved on, or abandoned at

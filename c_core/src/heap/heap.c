@@ -213,10 +213,25 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   return b;
 }
 
+/* ---- medium blocks: the thread's own spans first (pool/span.c) ---- */
+
+void *mtp__heap_span_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
+  mtpi_heap_t *h = MTP_UNLIKELY(tl_exited) ? NULL : heap_get(pool);
+  return mtp__span_alloc(pool, h ? &h->m : NULL, size, zero);
+}
+
+void mtp__heap_span_free(mtpi_page_t *s, void *p, size_t size, bool sized) {
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  /* only a thread that allocates from the pool keeps spans: no heap is made for a free */
+  mtpi_heap_t *h = mtp__tl_thread->heaps[pool->id];
+  bool mine = h != NULL && mtp__member_pool(&h->m) == pool && !tl_exited;
+  mtp__span_free(mine ? &h->m : NULL, p, size, sized);
+}
+
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
-    return size <= MTP_SPAN_MAX ? mtp__span_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
+    return size <= MTP_SPAN_MAX ? mtp__heap_span_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
   return mtp__heap_alloc_class(pool, mtp__class_of(size));
 }
 
@@ -289,9 +304,9 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
 static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   mtpi_page_t *s = mtp__page_head(d);
   /* A medium block (pool/span.c): its owner word is 0, so every free of one comes here, from
-   * any thread; it goes back under the pool lock, which re-checks the descriptor. */
+   * any thread. */
   if (s->kind == MTP_PAGE_SPAN) {
-    mtp__span_free(b, 0, false);
+    mtp__heap_span_free(s, b, 0, false);
     return;
   }
   if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {

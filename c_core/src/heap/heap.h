@@ -19,6 +19,11 @@ extern MTP_TLS mtpi_thread_t *mtp__tl_thread;
 /* ---- heap.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
+/* A medium block (mtp__span_alloc) with the calling thread's cache of the pool's spans. */
+void *mtp__heap_span_alloc(mtpi_pool_t *pool, size_t size, bool zero);
+/* Free the medium block p (s: its head descriptor, seen as SPAN) into the calling thread's cache
+ * of its pool's spans if the thread has a heap in that pool (mtp__span_free). */
+void mtp__heap_span_free(mtpi_page_t *s, void *p, size_t size, bool sized);
 /* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
  * are not owned, misuse. */
 void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);

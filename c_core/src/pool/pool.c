@@ -76,8 +76,8 @@ mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted) {
   unsigned pages = mtp__class_pages[cls];
   cache_lock(m);
   mtpi_node_t *n = m->cache, *other = NULL;
-  for (; n != NULL && page_of(n)->cls != cls; n = n->next)
-    if (other == NULL && page_of(n)->pages == pages) other = n;
+  for (; n != NULL && page_of(n)->cls != cls; n = n->next) /* a span's cls matches no class */
+    if (other == NULL && page_of(n)->pages == pages && page_of(n)->kind == MTP_PAGE_SLAB) other = n;
   *formatted = n != NULL;
   if (n == NULL) n = other;
   if (n) {
@@ -86,6 +86,24 @@ mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted) {
   }
   cache_unlock(m);
   return n ? page_of(n) : NULL;
+}
+
+mtpi_page_t *mtp__cache_take_span(mtpi_member_t *m, unsigned pages, unsigned most) {
+  cache_lock(m);
+  mtpi_node_t *best = NULL;
+  for (mtpi_node_t *n = m->cache; n != NULL; n = n->next) {
+    mtpi_page_t *s = page_of(n);
+    if (s->kind != MTP_PAGE_SPAN || s->pages < pages || s->pages > most) continue;
+    if (best == NULL || s->pages < page_of(best)->pages) best = n;
+    if (s->pages == pages) break; /* the newest that fits exactly */
+  }
+  if (best) {
+    mtp__list_remove(&m->cache, best);
+    m->cache_bytes -= (size_t)page_of(best)->pages << MTP_PAGE_SHIFT;
+    page_of(best)->list = MTP_LIST_NONE;
+  }
+  cache_unlock(m);
+  return best ? page_of(best) : NULL;
 }
 
 void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s) {
@@ -136,6 +154,7 @@ size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_
     size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
     m->cache_bytes -= bytes;
     n += bytes;
+    s->list = MTP_LIST_NONE;
     /* Empty since it was cached: its pages are due one delay after that, not after the drain
      * (which would hold a whole huge range of MTPOOL_HUGEPAGES one more delay). */
     mtp__region_free_span(&p->rs, s, s->free_time_ms < now_ms ? s->free_time_ms : now_ms);
@@ -228,7 +247,11 @@ void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m) {
   while ((n = mtp__list_pop(&m->cache)) != NULL) {
     mtpi_page_t *s = page_of(n);
     m->cache_bytes -= (size_t)s->pages << MTP_PAGE_SHIFT;
-    empty_put_locked(p, s, s->free_time_ms);
+    s->list = MTP_LIST_NONE;
+    if (s->kind == MTP_PAGE_SPAN)
+      mtp__pool_release_locked(p, s, s->free_time_ms); /* to its region */
+    else
+      empty_put_locked(p, s, s->free_time_ms);
   }
   cache_unlock(m);
 }

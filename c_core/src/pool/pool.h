@@ -74,11 +74,14 @@ void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
 /* The owner: an empty slab for class cls from m's cache, or NULL: one last formatted for cls
  * (*formatted: its free list and bump pointer kept), else one of as many pages (to format). */
 mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted);
-/* The owner: keep the empty slab s in m's cache if the pool's options allow, else release it to
- * the pool. Takes the locks it needs. */
+/* The owner: a freed span (span.c) of `pages` to `most` pages from m's cache (the newest of
+ * exactly `pages`, else the shortest), out of it, or NULL. */
+mtpi_page_t *mtp__cache_take_span(mtpi_member_t *m, unsigned pages, unsigned most);
+/* The owner: keep the empty slab or freed span s in m's cache if the pool's options allow, else
+ * release it to the pool. Takes the locks it needs. */
 void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s);
 /* Pool lock held: the heap leaves; every slab in m's cache goes to the pool's empty slabs
- * (pool.c), to be taken by any thread's next slab of its class. */
+ * (pool.c), to be taken by any thread's next slab of its class; every span to its region. */
 void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m);
 /* Pool lock held: release the cached slabs cached at or before older_than_ms; returns bytes. */
 size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_than_ms,
@@ -116,12 +119,16 @@ void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
 /* ---- medium blocks (span.c: pages of the pool's regions; rules there) ---- */
 /* A medium block of size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX, or smaller for an
  * alignment up to MTP_PAGE_SIZE), for a pool that is not checked; zero: its first size bytes read
- * as zero (calloc). 64 KiB aligned. NULL + ENOMEM. Takes the pool lock. */
-void *mtp__span_alloc(mtpi_pool_t *pool, size_t size, bool zero);
+ * as zero (calloc). 64 KiB aligned. m: the calling thread's membership of the pool, or NULL: a
+ * span of as many pages from its cache first, without a lock. Else takes the pool lock. NULL +
+ * ENOMEM. */
+void *mtp__span_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero);
 /* Free p, whose page's head descriptor was seen as SPAN (checking size if sized); misuse is
- * reported (double free, interior pointer, wrong size). From any thread: takes the pool lock and
- * may purge (errno is the caller's to keep). */
-void mtp__span_free(void *p, size_t size, bool sized);
+ * reported (double free, interior pointer, wrong size). From any thread. m: the calling thread's
+ * membership of p's pool, or NULL: the span goes to m's cache (mtp__cache_put_or_release) when
+ * the pool caches, else back to its region under the pool lock. May purge (errno is the caller's
+ * to keep). */
+void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized);
 /* Resize the medium block p in place to size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX): false
  * if the pages after it are not free (p unchanged). Takes the pool lock. */
 bool mtp__span_resize(void *p, size_t size);

@@ -5,19 +5,26 @@
  * Compared with a large block (large.c): no mapping of its own, no hash, no process-wide lock. A
  * free finds the span from the address as a small free finds its slab (chunk map, descriptor by
  * masking, its head); its owner word is 0, so the free fast path misses and
- * mtp__heap_free_slow dispatches on the kind. A freed span's pages go back to the region as free
- * pages under the pool lock, like a released slab's: any slab or span reuses them, and they are
- * purged after the pool's delay. So no system call is made while the regions have room.
+ * mtp__heap_free_slow dispatches on the kind. A freed span waits in the freeing thread's cache
+ * (the one its heap keeps empty slabs in, pool.c) if that thread allocates from the pool too, else
+ * its pages go back to the region as free pages under the pool lock, like a released slab's: any
+ * slab or span reuses them, and they are purged after the pool's delay. So no system call is made
+ * while the regions have room, and a thread that frees and allocates spans takes no lock.
  *
  * Rules:
- *   - every change of a SPAN descriptor (format, resize, free) and of its pages happens under the
- *     pool lock. A free from any thread takes that lock; there is no owner and no remote list.
- *     (A remote free of a large block takes a process-wide lock; a pool's lock is narrower. A
- *     program that frees medium blocks from many threads at once queues on it: not measured yet.)
- *   - a free re-reads the descriptor under the lock: a span whose pages are free already is a
- *     double free (MTP_ERR_DOUBLE_FREE); an address that is not a live span's first byte is an
- *     invalid pointer (MTP_ERR_INVALID_POINTER). Once the pages are reused (by a slab or another
- *     span) a second free is what the new owner of the address makes of it, as for small blocks.
+ *   - a SPAN descriptor's kind and pages, and the pages of the run, change only under the pool
+ *     lock (format, resize, release to the region). Between its free and its next hand-out a
+ *     cached span belongs to the caching thread, which alone writes its block_size, list and link
+ *     (cache_take, mtp__span_free); the cache's spin lock orders it against trim and the purger.
+ *   - which free of a span is the first is one CAS of thread_free from 0 to MTP_SPAN_CACHED
+ *     (free_claim): a second free finds MTP_SPAN_CACHED (the span is cached, or its pages are
+ *     free and still carry it) and is a double free (MTP_ERR_DOUBLE_FREE), even when two threads
+ *     free at once. A free of pages already FREE is one too; an address that is not a live span's
+ *     first byte is an invalid pointer (MTP_ERR_INVALID_POINTER). Once the pages are reused (by
+ *     a slab or another span) a second free is what the new owner of the address makes of it, as
+ *     for small blocks.
+ *   - a cache hit takes a span of the pages asked for, or up to a quarter more (handed out whole:
+ *     its pages are resident already, and an exact length misses often under mixed sizes).
  *   - the usable size is the span's whole pages; a sized free accepts what a large block's does:
  *     any size up to the usable size that is at least the requested size or above MTP_MAX_SMALL.
  *   - calloc: a page taken clean (never touched, or purged) reads as zero and is not written; only
@@ -26,7 +33,7 @@
  *     (its tail pages become free); else the caller moves the block.
  *   - a freed span's first FREED_BYTES hold a pattern, and its first descriptor (FREE now) keeps
  *     FREED_MARK in block_size, until a slab or span's format overwrites it. A span taken again
- *     from that page while it is still dirty verifies the pattern: a write after free into the
+ *     from that page while it is still dirty, or from a cache, verifies the pattern: a write after free into the
  *     start of a medium block is reported then (MTP_ERR_USE_AFTER_FREE), as for large blocks.
  *     All zero bytes pass too: a page purged and then faulted in ahead (region.c) is zero. Writes
  *     further in, writes of zeros, and pages reused by slabs first are not found.
@@ -42,7 +49,7 @@
 
 #define FREED_BYTES 128
 #define FREED_FILL 0xDF
-#define FREED_MARK UINT32_MAX /* a FREE descriptor's block_size: a freed span's first page */
+#define FREED_MARK MTP_SPAN_FREED_SIZE /* a freed span's block_size, kept in its FREE descriptor */
 
 /* The freed pattern is intact (or the page was purged: all zero). A word at a time, with no
  * early exit: 16 loads (a byte loop cost 1,800 instructions per reuse, measured with callgrind). */
@@ -83,9 +90,33 @@ static void span_format(mtpi_page_t *s, size_t size) {
   mtp__store_relaxed(&s->thread_free, 0);
 }
 
-void *mtp__span_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
+/* A span of `pages` pages from m's cache (the caller's own), handed out as a block of `size`
+ * bytes; NULL if m keeps none of that length. */
+static void *cache_take(mtpi_member_t *m, size_t size, unsigned pages, bool zero) {
+  mtpi_page_t *s = mtp__cache_take_span(m, pages, pages + pages / 4);
+  if (s == NULL) return NULL;
+  char *b = mtp__page_start(s);
+  size_t len = mtp__span_usable(s);
+  mtp__track_unmap(b, len);
+  mtp__track_defined(b, len);
+  bool intact = freed_fill_ok((const unsigned char *)b);
+  s->block_size = (uint32_t)size;
+  /* relaxed: the next free of the block, from any thread, is ordered after this hand-out by the
+   * program's own hand-over of the pointer */
+  mtp__store_relaxed(&s->thread_free, 0);
+  m->allocs++;
+  if (!intact) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
+  if (zero) memset(b, 0, size); /* cached pages are resident and dirty */
+  return b;
+}
+
+void *mtp__span_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero) {
   MTP_ASSERT(size <= MTP_SPAN_MAX && !pool->check);
   unsigned pages = pages_for(size);
+  if (m != NULL) {
+    void *b = cache_take(m, size, pages, zero);
+    if (b != NULL) return b;
+  }
   uint64_t dirty = 0;
   mtp__pool_lock(pool);
   MTP_VALIDATE(mtp__region_validate(&pool->rs));
@@ -116,24 +147,57 @@ void *mtp__span_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   return b;
 }
 
-void mtp__span_free(void *p, size_t size, bool sized) {
+/* Checks a free of p, whose head descriptor s was seen as a SPAN, and claims the span for it:
+ * MTP_SPAN_CACHED in thread_free marks the block freed until its pages are formatted again, so
+ * that of two frees of one block (even at once, from two threads) exactly one gets it. Returns 0,
+ * or the error (*what) with nothing changed. */
+static int free_claim(mtpi_page_t *s, void *p, size_t size, bool sized, const char **what) {
+  uintptr_t expect = 0;
+  if ((char *)p != mtp__page_start(s)) {
+    *what = "invalid pointer (not the start of a medium block)";
+    return MTP_ERR_INVALID_POINTER;
+  }
+  if (mtp__load_relaxed(&s->thread_free) == 0 && sized &&
+      !(size <= mtp__span_usable(s) && (size >= s->block_size || size > MTP_MAX_SMALL))) {
+    *what = "wrong size (sized free of a medium block)";
+    return MTP_ERR_WRONG_SIZE;
+  }
+  /* acq_rel: orders this free after a free from the cache's hand-out in another thread */
+  if (!mtp__cas_strong_acq_rel(&s->thread_free, &expect, MTP_SPAN_CACHED)) {
+    *what = "double free (the medium block is freed already)";
+    return MTP_ERR_DOUBLE_FREE;
+  }
+  return 0;
+}
+
+void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
   mtpi_page_t *s = mtp__slab_of((uintptr_t)p);
   mtpi_pool_t *pool = mtp__pool_of_page(s);
-  int err = 0;
   const char *what = NULL;
+  int err;
+  /* The freeing thread keeps it, if it allocates from this pool too (m) and the pool caches. */
+  if (m != NULL && pool->purge_delay_ms != 0 && mtp__span_usable(s) <= pool->thread_cache_bytes) {
+    err = free_claim(s, p, size, sized, &what);
+    if (err) {
+      mtp__error(err, what, p);
+      return;
+    }
+    memset(p, FREED_FILL, FREED_BYTES);
+    s->block_size = FREED_MARK;
+    mtp__track_poison(p, mtp__span_usable(s));
+    mtp__cache_put_or_release(pool, m, s);
+    return;
+  }
   mtp__pool_lock(pool);
-  /* The caller saw a SPAN without the lock; only under it is the descriptor stable. */
+  /* The caller saw a SPAN without the lock; only under it is the kind stable. */
   if (s->kind == MTP_PAGE_FREE) {
     err = MTP_ERR_DOUBLE_FREE;
     what = "double free (the medium block's pages are already free)";
-  } else if (s->kind != MTP_PAGE_SPAN || (char *)p != mtp__page_start(s)) {
+  } else if (s->kind != MTP_PAGE_SPAN) {
     err = MTP_ERR_INVALID_POINTER;
     what = "invalid pointer (not the start of a medium block)";
-  } else if (sized) {
-    if (!(size <= mtp__span_usable(s) && (size >= s->block_size || size > MTP_MAX_SMALL))) {
-      err = MTP_ERR_WRONG_SIZE;
-      what = "wrong size (sized free of a medium block)";
-    }
+  } else {
+    err = free_claim(s, p, size, sized, &what);
   }
   if (!err) {
     MTP_VALIDATE(mtp__region_validate(&pool->rs));

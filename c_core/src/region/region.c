@@ -541,8 +541,9 @@ void mtp__region_validate(mtpi_rset_t *rs) {
         if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1..16 pages, a power of two, aligned to it */
           MTP_ASSERT(d->pages >= 1 && d->pages <= 16 && (d->pages & (d->pages - 1)) == 0);
           MTP_ASSERT(i % d->pages == 0);
-        } else { /* a medium block: the pages its size needs, owned by no thread */
-          MTP_ASSERT(d->pages >= 1 && (size_t)d->pages << MTP_PAGE_SHIFT >= d->block_size);
+        } else { /* a medium block: the pages its size needs (or freed), owned by no thread */
+          MTP_ASSERT(d->pages >= 1 && ((size_t)d->pages << MTP_PAGE_SHIFT >= d->block_size ||
+                                       d->block_size == MTP_SPAN_FREED_SIZE));
           MTP_ASSERT(mtp__load_relaxed(&d->owner) == 0 && d->cls == MTP_NUM_CLASSES);
         }
         MTP_ASSERT(i + d->pages <= MTP_PAGES_PER_REGION);
