@@ -1,7 +1,8 @@
 /* Large blocks (above 32 KiB): the cache of freed ranges (reuse, split and merge, its bound, purge
  * after the pool's delay, trim, destroy, statistics), calloc (zero whether fresh or reused, and a
  * fresh mapping not faulted in), realloc (grow into the cached range after the
- * block or by mremap, shrink into the cache, keeping contents, small -> large -> small), bad input (double free of a cached block, interior and foreign
+ * block or by mremap, shrink into the cache, keeping contents, small -> large -> small; a growing
+ * buffer's realloc that fits the range remembered by its thread, and what makes it look again), bad input (double free of a cached block, interior and foreign
  * pointers), a checked pool's quarantine, OS failures (mtp__os_inject_failure), and two threads
  * at once (for TSan). */
 #define _GNU_SOURCE
@@ -508,6 +509,49 @@ static void test_threads(void) {
   CHECK(g_errs == 0);
 }
 
+/* A realloc that fits the range of the block this thread resized last returns at once, without
+ * the large lock, only while no large block anywhere shrank, moved or was freed since: a block
+ * another thread shrank, or one freed, is looked up again. */
+static void *shrink_elsewhere(void *arg) { return mtp_realloc(arg, 2 * MiB); }
+static void test_realloc_remembered(void) {
+  mtp_pool_t *p = th_pool("large", 60000, 0);
+  g_errs = 0;
+  char *a = mtp_pool_alloc(p, 8 * MiB);
+  REQUIRE(a != NULL, "alloc");
+  char *b = mtp_realloc(a, 8 * MiB + 4096); /* an eighth more room */
+  REQUIRE(b != NULL, "realloc");
+  size_t u = mtp_usable_size(b);
+  CHECK(u >= 9 * MiB);
+  CHECK(mtp_realloc(b, u - 4096) == b); /* fits: kept */
+  char *w = mtp_realloc(b, u);
+  CHECK(w == b);
+  memset(w, 7, u);
+  /* another thread shrinks it: the tail goes to the cache */
+  pthread_t t;
+  void *r = NULL;
+  REQUIRE(pthread_create(&t, NULL, shrink_elsewhere, b) == 0, "create");
+  pthread_join(t, &r);
+  CHECK(r == b);
+  CHECK_EQ_SZ(mtp_usable_size(b), 2 * MiB);
+  /* back here, the size the remembered range held is a growth again */
+  char *c = mtp_realloc(b, u - 4096);
+  REQUIRE(c != NULL, "realloc");
+  CHECK(mtp_usable_size(c) >= u - 4096);
+  CHECK(c[0] == 7 && c[2 * MiB - 1] == 7);
+  memset(c, 8, u - 4096);
+  char *d = mtp_pool_alloc(p, 4 * MiB); /* may take the cached tail: never inside c */
+  REQUIRE(d != NULL, "alloc");
+  CHECK(d + 4 * MiB <= c || d >= c + (u - 4096));
+  mtp_free(d);
+  /* freed, then resized: reported, not kept */
+  mtp_free(c);
+  errno = 0;
+  CHECK(mtp_realloc(c, u - 8192) == NULL && errno == EINVAL);
+  CHECK(g_errs == 1 && g_err == MTP_ERR_INVALID_POINTER && g_err_ptr == c);
+  g_errs = 0;
+  mtp_pool_destroy(p);
+}
+
 int main(void) {
   mtp_set_error_handler(on_error, NULL);
   RUN(test_reuse_and_stats);
@@ -518,6 +562,7 @@ int main(void) {
   RUN(test_bad_input);
   RUN(test_checked_quarantine);
   RUN(test_realloc);
+  RUN(test_realloc_remembered);
   RUN(test_os_failure);
   RUN(test_threads);
   DONE();

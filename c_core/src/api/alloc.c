@@ -262,8 +262,21 @@ mtp_pool_t *mtp_pool_of(const void *p) {
   return mtp__pool_out(pool);
 }
 
+/* Measured with bench/gp (realloc_grow: 4 KiB steps to 8 MiB, 2 threads): 64, 128, 256 KiB and
+ * 1 MiB: 0.118, 0.066, 0.133 and 0.162 s (glibc 0.081); at 64 KiB, peak RSS 68 MB against 19. */
+#define REALLOC_SPAN_MAX ((size_t)128 << 10)
+
 void *mtp_realloc(void *p, size_t size) {
   if (p == NULL) return mtp_alloc(size);
+  /* A large block that stays large is resized in its mapping (mremap: no copy), with an eighth
+   * more room when it grows, as a growing buffer usually grows again: most calls of a growing
+   * buffer end here, in one pass under the large lock (which also tells that p is one; a checked
+   * pool's block is not resized: its exact canary is kept by a copy). */
+  bool tried_large = size > MTP_MAX_SMALL && !mtp__is_region_ptr((uintptr_t)p);
+  if (tried_large) {
+    void *q = mtp__large_resize(p, size, size / 8);
+    if (q != NULL) return q;
+  }
   mtpi_pool_t *pool = NULL;
   mtpi_page_t *s = NULL;
   size_t old = 0;
@@ -278,17 +291,19 @@ void *mtp_realloc(void *p, size_t size) {
   /* A medium block that stays medium: grown into the free pages after it, or shrunk, in place. */
   bool span = s != NULL && s->kind == MTP_PAGE_SPAN;
   if (span && size > MTP_MAX_SMALL && size <= MTP_SPAN_MAX && mtp__span_resize(p, size)) return p;
-  /* A large block that stays large is resized in its mapping (mremap: no copy), with an eighth
-   * more room when it grows, as a growing buffer usually grows again; one that becomes large
-   * gets that room at once. Checked pools keep the exact canary: they copy. */
+  /* A block that becomes large gets an eighth more room at once. Checked pools keep the exact
+   * canary: they copy. */
   void *q = NULL;
   if (size > MTP_MAX_SMALL && !pool->check) {
-    if (s == NULL) {
+    if (s == NULL && !tried_large) {
       q = mtp__large_resize(p, size, size / 8);
       if (q != NULL) return q;
     }
-    /* one that becomes medium gets its pages (which realloc grows in place while it can) */
-    q = size <= MTP_SPAN_MAX ? mtp__heap_span_alloc(pool, size, false)
+    /* One that becomes medium gets its pages (which realloc grows in place while it can), up to
+     * REALLOC_SPAN_MAX: above it, a block that realloc moves is a growing buffer, and a large
+     * block grows by mremap (no copy), where a span's growth that no free pages follow copies it,
+     * and so does its move to a large block past MTP_SPAN_MAX. */
+    q = size <= REALLOC_SPAN_MAX ? mtp__heap_span_alloc(pool, size, false)
                              : mtp__large_alloc_room(pool, size, size / 8);
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);

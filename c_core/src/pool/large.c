@@ -108,6 +108,38 @@ static size_t page_round(size_t n) {
 
 static bool caches(const mtpi_pool_t *pool) { return !pool->check && pool->purge_delay_ms != 0; }
 
+/* A growing buffer's realloc without the large lock. Each thread remembers the block it resized
+ * last: its address and range length, and `shrinks` as it read it then. `shrinks` counts every
+ * event that may shorten, move or end a live block's range (a free, a shrink, a move, a pool's
+ * destruction); it is written under the large lock (release), at each such event, before the
+ * range changes. Growth in place does not count: a range only longer than remembered is still
+ * safe to keep a block in. So while the count has not moved, the remembered range is the block's
+ * (or a prefix of it), and a realloc of that block that fits it as mtp__large_resize's "fits as
+ * it is" rule allows returns at once. The record's requested size is then left as it was: only a
+ * checked pool (never remembered) and a sized free of at most 32 KiB read it, and such a free of
+ * a block that grew is wrong either way. Acquire on the fast path: the program hands a block
+ * from thread to thread with its own synchronisation, which orders a shrink by the other thread
+ * before this read. */
+static mtpi_atomic_uptr shrinks;
+static MTP_TLS struct {
+  void *p;
+  size_t map_size;
+  uintptr_t shrinks;
+} tl_last;
+
+static void shrinks_bump(void) { mtp__store_release(&shrinks, mtp__load_relaxed(&shrinks) + 1); }
+
+/* Large lock held: rec (of a pool that is not checked) was just resized by this thread. */
+static void remember(const mtpi_large_t *rec) {
+  tl_last.p = rec->ptr;
+  tl_last.map_size = rec->map_size;
+  tl_last.shrinks = mtp__load_relaxed(&shrinks);
+}
+
+static bool fits_as_is(size_t need, size_t map_size) {
+  return need <= map_size && map_size - need <= map_size / 4;
+}
+
 /* Large lock held: the record goes from LIVE to the pool's live list and counters. */
 static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   rec->size = size;
@@ -310,6 +342,7 @@ void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room) {
 
 /* Large lock held: the LIVE record leaves the pool's live list and counters. */
 static void unlive(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  shrinks_bump();
   mtp__list_remove(&pool->large, &rec->link);
   pool->large_count--;
   pool->large_bytes -= rec->map_size;
@@ -441,6 +474,9 @@ bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out) {
 void *mtp__large_resize(void *p, size_t size, size_t room) {
   size_t need = page_round(size), want = page_round(size + room);
   if (need < size || want < need || need > SIZE_MAX / 2) return NULL;
+  if (p == tl_last.p && fits_as_is(need, tl_last.map_size) &&
+      mtp__load_acquire(&shrinks) == tl_last.shrinks)
+    return p;
   pthread_mutex_lock(&mtp__large_lock);
   mtpi_large_t *rec = *find(p);
   if (rec == NULL || rec->cached || rec->pool->check || rec->ptr != rec->map) {
@@ -451,8 +487,9 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   mtpi_pool_t *pool = rec->pool;
   void *old = rec->map;
   size_t old_size = rec->map_size;
-  if (need <= old_size && old_size - need <= old_size / 4) { /* fits as it is */
+  if (fits_as_is(need, old_size)) {
     rec->size = size;
+    remember(rec);
     pthread_mutex_unlock(&mtp__large_lock);
     return p;
   }
@@ -478,6 +515,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
       rec->map_size += take;
       rec->size = size;
       pool->large_bytes += take;
+      remember(rec);
       pthread_mutex_unlock(&mtp__large_lock);
       if (tail != NULL) mtp__meta_free(tail, sizeof(*tail));
       mtp__track_unmap((char *)old + old_size, take); /* unpoisoned: the caller's now */
@@ -487,6 +525,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   } else if (need < old_size && caches(pool)) {
     /* Shrink by more than a quarter: the tail goes to the cache (merged with a free range after
      * it), back to the OS after the pool's delay. */
+    shrinks_bump(); /* before the tail is anyone else's */
     tail = split(rec, need);
     if (tail != NULL) {
       rec->size = size;
@@ -500,6 +539,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
       return p;
     }
   }
+  shrinks_bump(); /* before the system call: the range may move (mremap) or lose its tail */
   pthread_mutex_unlock(&mtp__large_lock);
   size_t new_size = old_size;
   void *m = old;
@@ -525,6 +565,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   }
   rec->map_size = new_size;
   rec->size = size;
+  remember(rec);
   pthread_mutex_unlock(&mtp__large_lock);
   return m;
 }
