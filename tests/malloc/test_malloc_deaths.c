@@ -1,6 +1,7 @@
 /* The drop-in malloc's new detections end the process with mtpool's exact report (default
  * handler: the line on stderr, then abort): an interleaved double free (free a, free b, free a),
- * a write into a freed large block whose mapping is cached, then reused; and with MTPOOL_CHECK=1
+ * a write into a freed large block whose mapping is cached, then reused (and into a freed medium
+ * block, reused from the thread's cache); and with MTPOOL_CHECK=1
  * an underflow of a small block and a write into a freed small block (found before reuse).
  * Each runs in a child (this binary again, preloaded as ctest runs it). */
 #define _GNU_SOURCE
@@ -20,13 +21,14 @@ static int child(const char *what) {
     free(a);
     free(b);
     free(a);
-  } else if (strcmp(what, "large_uaf") == 0) {
-    volatile char *a = malloc((size_t)1 << 20);
+  } else if (strcmp(what, "large_uaf") == 0 || strcmp(what, "medium_uaf") == 0) {
+    size_t n = (size_t)1 << (strcmp(what, "large_uaf") == 0 ? 21 : 20); /* above MTP_SPAN_MAX, or at it */
+    volatile char *a = malloc(n);
     printf("PTR %p\n", (void *)a);
     fflush(stdout);
     free((void *)a);
     a[16] = 'W';
-    sink = malloc((size_t)1 << 20);
+    sink = malloc(n);
   } else if (strcmp(what, "checked_underflow") == 0) {
     volatile char *a = malloc(40);
     printf("PTR %p\n", (void *)a);
@@ -71,6 +73,8 @@ int main(int argc, char **argv) {
   ok &= expect(argv[0], "interleaved", NULL, "mtpool: double free: double free");
   ok &= expect(argv[0], "large_uaf", NULL,
                "mtpool: use after free: use after free (a freed large block was written to)");
+  ok &= expect(argv[0], "medium_uaf", NULL,
+               "mtpool: use after free: use after free (a freed medium block was written to)");
   ok &= expect(argv[0], "checked_underflow", "1",
                "mtpool: buffer overflow: buffer overflow (bytes before the start of the block "
                "were written: an underflow)");
