@@ -74,7 +74,7 @@
  * pool's regions (pool/span.c); above it, a large block (pool/large.c). At most a region's usable
  * pages (region.h checks). */
 #ifndef MTP_SPAN_MAX
-#define MTP_SPAN_MAX ((size_t)1 << 20)
+#define MTP_SPAN_MAX ((size_t)256 << 10)
 #endif
 #define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
 #define MTP_UPPER_SHIFT 4    /* the upper table's step, 16 B: every class above 1 KiB is a multiple */
