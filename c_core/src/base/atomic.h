@@ -52,6 +52,12 @@ static inline char *mtp__cptr_load_relaxed(char *const *a) {
 static inline void mtp__cptr_store_relaxed(char **a, char *v) {
   __atomic_store_n(a, v, __ATOMIC_RELAXED);
 }
+static inline uint32_t mtp__u32_load_relaxed(const uint32_t *a) {
+  return __atomic_load_n(a, __ATOMIC_RELAXED);
+}
+static inline void mtp__u32_store_relaxed(uint32_t *a, uint32_t v) {
+  __atomic_store_n(a, v, __ATOMIC_RELAXED);
+}
 
 /* ---- counters and flags ---- */
 static inline uint64_t mtp__u64_load_relaxed(mtpi_atomic_u64 *a) {

@@ -192,7 +192,9 @@ enum {
  *                              read by remote freers once they see the word detached (acquire)
  *                              and BEFORE their push (a slab with a block in use is never
  *                              released; after the push it may be, and re-formatted): constant
- *                              while DETACHED.
+ *                              while DETACHED. Both by relaxed atomic access: a freer's word may
+ *                              be stale (adopted and detached again since), and then it reads
+ *                              while a new detach writes; its CAS fails and it reads again.
  *   link, list                 the owner (heap lists, cache) or the pool lock (pool list).
  *   cls, block_size, end,      set when the slab is formatted, before it is handed to any thread;
  *   size_min, size_span,       constant until it is released.

@@ -109,7 +109,7 @@ uint32_t mtp__slab_collect(mtpi_page_t *s) {
 }
 
 bool mtp__slab_detach(mtpi_page_t *s, uintptr_t owner_token, uint32_t *collected) {
-  s->detached_used = MTP_USED(s);
+  mtp__u32_store_relaxed(&s->detached_used, MTP_USED(s)); /* freers may read it: slab.h */
   /* relaxed: owner is a hint to other threads (types.h); the CAS below decides */
   mtp__store_relaxed(&s->owner, 0);
   uintptr_t expect = MTP_TF_OWNED;

@@ -119,7 +119,10 @@ MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b,
      * to read: another free may empty the slab at once, and its thread release it and someone
      * re-format it (slab_format writes detached_used) while we would still be reading. */
     if (!(w & MTP_TF_OWNED)) {
-      used = s->detached_used;
+      /* relaxed load: a w read before an adoption and a new detach may be stale, and the
+       * detaching thread writes detached_used then; the value is used only if the CAS below
+       * finds the word still w (then it is the one its release published) */
+      used = mtp__u32_load_relaxed(&s->detached_used);
       /* relaxed: sequenced before our push (release); a region unmap that our push made
        * possible happens after it, so this read cannot see that unmap's count (coherence) */
       seen->set = mtp__page_set(s);
