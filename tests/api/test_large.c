@@ -197,15 +197,17 @@ static void test_purge_after_delay(void) {
   mtp_free(a);
   size_t kept = cached(p);
   double t1 = th_now();
-  if (t1 - t0 < 0.4) CHECK_EQ_SZ(kept, 4 * MiB); /* else the machine stalled past the delay */
+  /* a cached range goes a tenth of the delay after its free (50 ms): kept until then, unless the
+   * machine stalled past it */
+  if (t1 - t0 < 0.04) CHECK_EQ_SZ(kept, 4 * MiB);
   while (cached(p) != 0 && th_now() - t0 < 10) usleep(10000);
   double took = th_now() - t0;
   mtp_stats_t st = th_stats(p);
-  printf("a cached 4 MiB mapping went back after %.0f ms (delay 500 ms)\n", took * 1e3);
+  printf("a cached 4 MiB mapping went back after %.0f ms (delay 500 ms: due at 50)\n", took * 1e3);
   CHECK_EQ_SZ(st.bytes_reserved, 0);
   CHECK_EQ_SZ(st.bytes_mapped, 0);
   CHECK_EQ_SZ(st.bytes_returned, 4 * MiB);
-  CHECK(took >= 0.45);
+  CHECK(took >= 0.045 && took < 0.45); /* not the whole delay */
   mtp_pool_destroy(p);
 }
 

@@ -63,8 +63,9 @@ typedef struct mtp_options {
   /* Pool name shown in statistics reports. Copied (at most 47 bytes kept). NULL: "pool-<id>".
    * Default pool: "default" (MTPOOL_NAME). */
   const char *name;
-  /* Milliseconds an empty slab stays resident before its pages are returned to the OS.
-   * Default 250; range 0 (return at once) .. 3600000; -1: never by itself, only mtp_pool_trim.
+  /* Milliseconds an empty slab stays resident before its pages are returned to the OS (a freed
+   * medium or large block's pages: a tenth of it). Default 250; range 0 (return at once) ..
+   * 3600000; -1: never by itself, only mtp_pool_trim.
    * (MTPOOL_PURGE_DELAY_MS) */
   long purge_delay_ms;
   /* Bytes of empty slabs each thread keeps for reuse per pool, so that a thread alternating

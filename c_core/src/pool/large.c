@@ -29,8 +29,9 @@
  *     program that frees and allocates a few blocks of several MiB in a loop (the common pattern)
  *     reuse them; the proportional part lets one with many large blocks keep its turnover without
  *     ever more than 1.25x its large-block footprint.
- *   - a free range goes back to the OS (munmap, counted in bytes_returned then) after the pool's
- *     purge delay (the purge thread, pool.c; a merged range counts from its newest free), at trim
+ *   - a free range goes back to the OS (munmap, counted in bytes_returned then) a tenth of the
+ *     pool's purge delay after its free (the purge thread, pool.c; pool.h says why a tenth; a
+ *     merged range counts from its newest free), at trim
  *     and at pool destroy. A pool with a delay of 0 caches nothing. A checked pool caches nothing
  *     for reuse: it quarantines (quarantine_put) a freed block's range, inaccessible, so that a late
  *     access faults, the address is not handed out again at once and a second free is reported as
@@ -52,7 +53,7 @@
  * churning 300 KiB-4 MiB blocks (8 each, every page touched) filled 32 MiB with ranges too small
  * for the next request, so the oldest were unmapped and fresh mappings faulted in: 38,800 minor
  * faults against tcmalloc's 16,000; 16,000 with 64 MiB, peak RSS unchanged. Memory above the
- * live blocks still goes back after the purge delay. */
+ * live blocks still goes back after a tenth of the purge delay. */
 #define CACHE_FLOOR ((size_t)64 << 20)
 #define QUARANTINE_MAX ((size_t)32 << 20) /* checked pools: bytes of freed blocks held back */
 /* A cached range's first bytes hold this pattern while it is cached (every record entering the

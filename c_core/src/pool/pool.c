@@ -110,7 +110,7 @@ void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s)
   size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
   s->list = MTP_LIST_HEAP_CACHE;
-  s->free_time_ms = now;
+  s->free_time_ms = s->kind == MTP_PAGE_SPAN ? mtp__pool_run_freed_at(p, now) : now;
   /* Newest first; past the bound the oldest go: the newest was touched last, and its class
    * is the one being churned (a slab kept formatted is reused without carving). */
   mtpi_node_t *evicted = NULL;
@@ -421,7 +421,11 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
   mtp__u64_add_relaxed(&p->bytes_returned, n);
   bool large_left = false; /* cached large mappings: counted in bytes_returned by large.c */
-  n += mtp__large_purge(p, cutoff, &large_left);
+  uint64_t large_cutoff = cutoff;
+  /* a tenth of the delay (pool.h: MTP_RUN_DELAY_DIV); a checked pool's quarantine, the whole */
+  uint64_t tenth = (uint64_t)p->purge_delay_ms / MTP_RUN_DELAY_DIV;
+  if (!force && p->purge_delay_ms > 0 && !p->check) large_cutoff = now > tenth ? now - tenth : 0;
+  n += mtp__large_purge(p, large_cutoff, &large_left);
   if (pending) {
     bool left = large_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_any(member_of(it));
@@ -456,7 +460,8 @@ static void *purger_main(void *arg) {
     purger_work = false;
     bool pending = true;
     while (pending && !purger_quit()) {
-      /* Sleep a quarter of the shortest delay among pools with work, then purge what is due. */
+      /* Sleep half a tenth of the shortest delay among pools with work (medium and large blocks'
+       * pages are due then: pool.h), then purge what is due. */
       long delay = 1000;
       pthread_mutex_unlock(&purger_lock);
       pthread_mutex_lock(&mtp__registry_lock);
@@ -466,7 +471,7 @@ static void *purger_main(void *arg) {
       }
       pthread_mutex_unlock(&mtp__registry_lock);
       pthread_mutex_lock(&purger_lock);
-      purger_sleep(delay / 4 + 1);
+      purger_sleep(delay / MTP_RUN_DELAY_DIV / 2 + 1);
       if (purger_quit()) break;
       pthread_mutex_unlock(&purger_lock);
       pending = false;
