@@ -48,7 +48,7 @@
 #define HASH_BITS 12
 #define CANARY 0xCA
 #define CHECK_SLACK 16                     /* checked mode: canary bytes after the requested size */
-#define MAX_CACHED 64                      /* mappings a pool keeps; bounds the best-fit walk */
+#define MAX_CACHED MTP_LARGE_MAX_CACHED /* free ranges a pool keeps; bounds the best-fit search */
 /* Bytes a pool may keep whatever it has in use. 64 MiB, not 32 as before issue 17: two threads
  * churning 300 KiB-4 MiB blocks (8 each, every page touched) filled 32 MiB with ranges too small
  * for the next request, so the oldest were unmapped and fresh mappings faulted in: 38,800 minor
@@ -152,9 +152,24 @@ static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
 }
 
 /* Large lock held: take a cached record out of the cache (it stays in the hash). */
+/* Large lock held: rec (not cached, its range final) joins the pool's cache list, newest first,
+ * and the search index. The caller has made room (MAX_CACHED). */
+static void cache_insert(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  MTP_ASSERT(pool->large_cached_count < MAX_CACHED);
+  rec->cached = true;
+  rec->slot = (uint32_t)pool->large_cached_count++;
+  pool->large_slots[rec->slot] = (mtpi_large_slot_t){rec->map, rec->map_size, rec->origin, rec};
+  mtp__list_push(&pool->large_cache, &rec->link);
+  pool->large_cached_bytes += rec->map_size;
+}
+
+/* Large lock held: rec leaves the cache list and the index (the last entry takes its slot). */
 static void uncache(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  MTP_ASSERT(rec->slot < pool->large_cached_count && pool->large_slots[rec->slot].rec == rec);
   mtp__list_remove(&pool->large_cache, &rec->link);
-  pool->large_cached_count--;
+  mtpi_large_slot_t *last = &pool->large_slots[--pool->large_cached_count];
+  pool->large_slots[rec->slot] = *last;
+  last->rec->slot = rec->slot;
   pool->large_cached_bytes -= rec->map_size;
 }
 
@@ -225,11 +240,8 @@ static bool freed_fill_ok(mtpi_large_t *rec) {
  * check, no merge (its bytes were counted there before it was taken out for a split). */
 static void cache_link(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t free_time_ms) {
   freed_fill(rec);
-  rec->cached = true;
   rec->free_time_ms = free_time_ms;
-  mtp__list_push(&pool->large_cache, &rec->link);
-  pool->large_cached_count++;
-  pool->large_cached_bytes += rec->map_size;
+  cache_insert(pool, rec);
 }
 
 /* Large lock held: cut rec's range at `at` bytes (OS-page aligned, inside it): rec keeps the head,
@@ -251,16 +263,19 @@ static mtpi_large_t *split(mtpi_large_t *rec, size_t at) {
  * largest range that fits rather than the smallest. A range more than 1/4 larger than needed is
  * split: its tail stays cached. */
 static mtpi_large_t *cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, bool grow) {
-  mtpi_large_t *fit = NULL;
+  const mtpi_large_slot_t *best = NULL;
   size_t os_page = mtp__os_page_size();
-  for (mtpi_node_t *it = pool->large_cache; it; it = it->next) {
-    mtpi_large_t *r = rec_of(it);
-    if (alignment > os_page && ((uintptr_t)r->map & (alignment - 1)) != 0) continue;
-    if (r->map_size >= need &&
-        (fit == NULL || (grow ? r->map_size > fit->map_size : r->map_size < fit->map_size)))
-      fit = r;
+  for (size_t i = 0; i < pool->large_cached_count; i++) {
+    const mtpi_large_slot_t *r = &pool->large_slots[i];
+    if (r->map_size < need || (alignment > os_page && ((uintptr_t)r->map & (alignment - 1)) != 0))
+      continue;
+    if (best == NULL || (grow ? r->map_size > best->map_size : r->map_size < best->map_size)) {
+      best = r;
+      if (!grow && r->map_size == need) break; /* no better fit */
+    }
   }
-  if (fit == NULL) return NULL;
+  if (best == NULL) return NULL;
+  mtpi_large_t *fit = best->rec;
   uncache(pool, fit);
   if (fit->map_size - need > need / 4) {
     /* the head for the block, the tail stays cached (no record to be had: the whole range) */
@@ -360,11 +375,11 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
    * may take it and unpoison it for its own use. */
   mtp__track_poison(rec->map, rec->map_size);
   mtpi_large_t *before = NULL, *after = NULL;
-  for (mtpi_node_t *it = pool->large_cache; it; it = it->next) {
-    mtpi_large_t *r = rec_of(it);
+  for (size_t i = 0; i < pool->large_cached_count; i++) {
+    const mtpi_large_slot_t *r = &pool->large_slots[i];
     if (r->origin != rec->origin) continue;
-    if ((char *)r->map + r->map_size == (char *)rec->map) before = r;
-    if ((char *)rec->map + rec->map_size == (char *)r->map) after = r;
+    if (r->map + r->map_size == (char *)rec->map) before = r->rec;
+    if ((char *)rec->map + rec->map_size == r->map) after = r->rec;
   }
   if (after != NULL && rec->map_size + after->map_size <= cap) {
     drop_cached(pool, after);
@@ -404,11 +419,8 @@ static bool quarantine_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **
     old->hash_next = *evict;
     *evict = old;
   }
-  rec->cached = true;
   rec->free_time_ms = mtp__os_now_ms();
-  mtp__list_push(&pool->large_cache, &rec->link);
-  pool->large_cached_count++;
-  pool->large_cached_bytes += rec->map_size;
+  cache_insert(pool, rec);
   return true;
 }
 
@@ -499,8 +511,9 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     /* Grow into the free range just after the block (same origin: the same mapping), taking what
      * the block wants and leaving the rest cached: no system call. */
     mtpi_large_t *nb = NULL;
-    for (mtpi_node_t *it = pool->large_cache; it && nb == NULL; it = it->next)
-      if (rec_of(it)->origin == rec->origin && rec_of(it)->map == (char *)old + old_size) nb = rec_of(it);
+    for (size_t i = 0; i < pool->large_cached_count && nb == NULL; i++)
+      if (pool->large_slots[i].origin == rec->origin && pool->large_slots[i].map == (char *)old + old_size)
+        nb = pool->large_slots[i].rec;
     if (nb != NULL && old_size + nb->map_size >= need) {
       size_t take = want - old_size;
       drop_cached(pool, nb);
