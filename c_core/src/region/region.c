@@ -542,8 +542,12 @@ void mtp__region_validate(mtpi_rset_t *rs) {
           MTP_ASSERT(d->pages >= 1 && d->pages <= 16 && (d->pages & (d->pages - 1)) == 0);
           MTP_ASSERT(i % d->pages == 0);
         } else { /* a medium block: the pages its size needs (or freed), owned by no thread */
-          MTP_ASSERT(d->pages >= 1 && ((size_t)d->pages << MTP_PAGE_SHIFT >= d->block_size ||
-                                       d->block_size == MTP_SPAN_FREED_SIZE));
+          /* read once: a thread takes a span from its cache, or frees one into it, without the
+           * pool lock and changes block_size between two valid values (freed <-> a size); two
+           * reads could see one of each and fail the check */
+          uint32_t bs = __atomic_load_n(&d->block_size, __ATOMIC_RELAXED);
+          MTP_ASSERT(d->pages >= 1 &&
+                     ((size_t)d->pages << MTP_PAGE_SHIFT >= bs || bs == MTP_SPAN_FREED_SIZE));
           MTP_ASSERT(mtp__load_relaxed(&d->owner) == 0 && d->cls == MTP_NUM_CLASSES);
         }
         MTP_ASSERT(i + d->pages <= MTP_PAGES_PER_REGION);
