@@ -97,7 +97,8 @@ typedef struct mtp_stats {
   size_t blocks_in_use;    /* blocks in use, small and large */
   size_t bytes_reserved;   /* bytes mapped from the OS and not returned (purged pages excluded) */
   size_t bytes_free;       /* bytes_reserved - bytes_in_use: held for reuse, metadata included */
-  size_t bytes_mapped;     /* address space mapped, purged pages included */
+  size_t bytes_mapped;     /* address space mapped, purged pages included (not the untouched rest
+                              of the pool's reserve for large blocks: up to 64 MiB) */
   size_t large_blocks;     /* blocks above the largest size class: medium (up to 256 KiB, pages
                               of the pool's regions) and large (mapped one each) */
   size_t large_bytes;      /* bytes those take (medium: whole 64 KiB pages) */

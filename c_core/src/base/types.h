@@ -412,6 +412,9 @@ struct mtp_pool {
   mtpi_node_t *large_cache;               /* CACHED records, newest first */
   size_t large_cached_count, large_cached_bytes;
   mtpi_large_slot_t large_slots[MTP_LARGE_MAX_CACHED]; /* the CACHED records' search index */
+  char *large_reserve;          /* the untouched rest of the mapping fresh ranges are carved from */
+  size_t large_reserve_left;    /* its bytes */
+  uint64_t large_reserve_origin; /* its origin */
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };
