@@ -32,9 +32,9 @@
  *     reuse them; the proportional part lets one with many large blocks keep its turnover without
  *     ever more than 1.25x its large-block footprint.
  *   - a free range goes back to the OS (munmap, counted in bytes_returned then) a tenth of the
- *     pool's purge delay after its free (the purge thread, pool.c; pool.h says why a tenth; a
- *     merged range counts from its newest free), at trim
- *     and at pool destroy. A pool with a delay of 0 caches nothing. A checked pool caches nothing
+ *     pool's purge delay after its free (its free time is stamped that much early,
+ *     mtp__pool_run_freed_at, pool.h says why; a merged range counts from its newest free; the
+ *     purge thread, pool.c), at trim and at pool destroy. A pool with a delay of 0 caches nothing. A checked pool caches nothing
  *     for reuse: it quarantines (quarantine_put) a freed block's range, inaccessible, so that a late
  *     access faults, the address is not handed out again at once and a second free is reported as
  *     a double free.
@@ -153,7 +153,6 @@ static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   pool->large_allocs++;
 }
 
-/* Large lock held: take a cached record out of the cache (it stays in the hash). */
 /* Large lock held: rec (not cached, its range final) joins the pool's cache list, newest first,
  * and the search index. The caller has made room (MAX_CACHED). */
 static void cache_insert(mtpi_pool_t *pool, mtpi_large_t *rec) {
@@ -165,7 +164,8 @@ static void cache_insert(mtpi_pool_t *pool, mtpi_large_t *rec) {
   pool->large_cached_bytes += rec->map_size;
 }
 
-/* Large lock held: rec leaves the cache list and the index (the last entry takes its slot). */
+/* Large lock held: take a cached record out of the cache list and the index (the last entry
+ * takes its slot); it stays in the hash. */
 static void uncache(mtpi_pool_t *pool, mtpi_large_t *rec) {
   MTP_ASSERT(rec->slot < pool->large_cached_count && pool->large_slots[rec->slot].rec == rec);
   mtp__list_remove(&pool->large_cache, &rec->link);
@@ -459,7 +459,8 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
     old->hash_next = *evict;
     *evict = old;
   }
-  cache_link(pool, rec, mtp__os_now_ms());
+  /* stamped as if freed earlier: due a tenth of the purge delay from now (pool.h) */
+  cache_link(pool, rec, mtp__pool_run_freed_at(pool, mtp__os_now_ms()));
   return true;
 }
 

@@ -421,11 +421,7 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
   mtp__u64_add_relaxed(&p->bytes_returned, n);
   bool large_left = false; /* cached large mappings: counted in bytes_returned by large.c */
-  uint64_t large_cutoff = cutoff;
-  /* a tenth of the delay (pool.h: MTP_RUN_DELAY_DIV); a checked pool's quarantine, the whole */
-  uint64_t tenth = (uint64_t)p->purge_delay_ms / MTP_RUN_DELAY_DIV;
-  if (!force && p->purge_delay_ms > 0 && !p->check) large_cutoff = now > tenth ? now - tenth : 0;
-  n += mtp__large_purge(p, large_cutoff, &large_left);
+  n += mtp__large_purge(p, cutoff, &large_left); /* cached ranges are stamped early: large.c */
   if (pending) {
     bool left = large_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_any(member_of(it));

@@ -8,8 +8,9 @@
  * mtp__heap_free_slow dispatches on the kind. A freed span waits in the freeing thread's cache
  * (the one its heap keeps empty slabs in, pool.c) if that thread allocates from the pool too, else
  * its pages go back to the region as free pages under the pool lock, like a released slab's: any
- * slab or span reuses them, and they are purged a tenth of the pool's delay after (pool.h). So no system call is made
- * while the regions have room, and a thread that frees and allocates spans takes no lock.
+ * slab or span reuses them, and they are purged a tenth of the pool's delay after (pool.h). So no
+ * system call is made while the regions have room, and a thread that frees and allocates spans
+ * takes no lock.
  *
  * Rules:
  *   - a SPAN descriptor's kind and pages, and the pages of the run, change only under the pool
