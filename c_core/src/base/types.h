@@ -355,7 +355,7 @@ typedef struct mtpi_large {
   struct mtpi_large *hash_next;
   mtpi_node_t link;      /* the pool's large list (LIVE) or its cache (CACHED) */
   /* CACHED: its free time (merged: the newest free), stamped early so that the purge finds it due
-   * a tenth of the pool's delay later (pool.h); quarantined: when it was freed */
+   * a tenth of the pool's delay later (base.h); quarantined: when it was freed */
   uint64_t free_time_ms;
   uint64_t origin;       /* the kernel mapping the range lies in: a number never reused */
   uint32_t slot;         /* CACHED: its entry in the pool's large_slots */

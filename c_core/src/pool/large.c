@@ -33,7 +33,7 @@
  *     ever more than 1.25x its large-block footprint.
  *   - a free range goes back to the OS (munmap, counted in bytes_returned then) a tenth of the
  *     pool's purge delay after its free (its free time is stamped that much early,
- *     mtp__pool_run_freed_at, pool.h says why; a merged range counts from its newest free; the
+ *     mtp__run_freed_at, base/base.h says why; a merged range counts from its newest free; the
  *     purge thread, pool.c), at trim and at pool destroy. A pool with a delay of 0 caches nothing. A checked pool caches nothing
  *     for reuse: it quarantines (quarantine_put) a freed block's range, inaccessible, so that a late
  *     access faults, the address is not handed out again at once and a second free is reported as
@@ -459,8 +459,8 @@ static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict
     old->hash_next = *evict;
     *evict = old;
   }
-  /* stamped as if freed earlier: due a tenth of the purge delay from now (pool.h) */
-  cache_link(pool, rec, mtp__pool_run_freed_at(pool, mtp__os_now_ms()));
+  /* stamped as if freed earlier: due a tenth of the purge delay from now (base.h) */
+  cache_link(pool, rec, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
   return true;
 }
 

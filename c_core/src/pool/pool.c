@@ -110,7 +110,7 @@ void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s)
   size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
   s->list = MTP_LIST_HEAP_CACHE;
-  s->free_time_ms = s->kind == MTP_PAGE_SPAN ? mtp__pool_run_freed_at(p, now) : now;
+  s->free_time_ms = s->kind == MTP_PAGE_SPAN ? mtp__run_freed_at(p->purge_delay_ms, now) : now;
   /* Newest first; past the bound the oldest go: the newest was touched last, and its class
    * is the one being churned (a slab kept formatted is reused without carving). */
   mtpi_node_t *evicted = NULL;
@@ -457,7 +457,7 @@ static void *purger_main(void *arg) {
     bool pending = true;
     while (pending && !purger_quit()) {
       /* Sleep half a tenth of the shortest delay among pools with work (medium and large blocks'
-       * pages are due then: pool.h), then purge what is due. */
+       * pages are due then: base.h), then purge what is due. */
       long delay = 1000;
       pthread_mutex_unlock(&purger_lock);
       pthread_mutex_lock(&mtp__registry_lock);

@@ -106,20 +106,6 @@ bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner
  * if it is empty, else list it for adoption, unless it was adopted, released or unmapped
  * meanwhile. Takes the lock of seen's pool. */
 void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_page_t *s);
-/* Freed runs of a medium block's pages (span.c) and cached large ranges (large.c) are due for the
- * purge a tenth of the pool's purge delay after their free; slab pages the whole delay. Slab pages
- * are what the next thread or class carves (gp_bench thread_churn: 3x the page faults when every
- * page's delay was 30 ms); a run of 64 KiB or more is taken again within the churn loop that freed
- * it or sits idle (slapd, 1 KiB-1 MiB entries, after the modify mix: 40 MiB free and resident,
- * 20 of them cached large ranges, 14 free region pages; RssAnon 1.4x glibc's, 0.9-1.0x with this). */
-#define MTP_RUN_DELAY_DIV 10
-/* The free time to stamp on a medium block's pages or a large range freed at now_ms: the purge,
- * which takes what was freed one delay ago, finds them due a tenth of the delay on. */
-static inline uint64_t mtp__pool_run_freed_at(const mtpi_pool_t *p, uint64_t now_ms) {
-  if (p->purge_delay_ms <= 0) return now_ms;
-  uint64_t early = (uint64_t)p->purge_delay_ms - (uint64_t)p->purge_delay_ms / MTP_RUN_DELAY_DIV;
-  return now_ms > early ? now_ms - early : 0;
-}
 /* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
  * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);

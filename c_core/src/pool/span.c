@@ -8,7 +8,7 @@
  * mtp__heap_free_slow dispatches on the kind. A freed span waits in the freeing thread's cache
  * (the one its heap keeps empty slabs in, pool.c) if that thread allocates from the pool too, else
  * its pages go back to the region as free pages under the pool lock, like a released slab's: any
- * slab or span reuses them, and they are purged a tenth of the pool's delay after (pool.h). So no
+ * slab or span reuses them, and they are purged a tenth of the pool's delay after (base.h). So no
  * system call is made while the regions have room, and a thread that frees and allocates spans
  * takes no lock.
  *
@@ -206,7 +206,7 @@ void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
     /* kept by the region layer in the FREE descriptor (set first: a pool that purges at once may
      * unmap the region in the release) */
     s->block_size = FREED_MARK;
-    mtp__pool_release_locked(pool, s, mtp__pool_run_freed_at(pool, mtp__os_now_ms()));
+    mtp__pool_release_locked(pool, s, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
   }
   mtp__pool_unlock(pool); /* wakes the purger for the pages just freed */
   if (err) mtp__error(err, what, p);
@@ -222,7 +222,7 @@ bool mtp__span_resize(void *p, size_t size) {
   MTP_ASSERT(s->kind == MTP_PAGE_SPAN && (char *)p == mtp__page_start(s));
   old = s->pages;
   if (want < old) {
-    mtp__region_shrink_run(&pool->rs, s, want, mtp__pool_run_freed_at(pool, mtp__os_now_ms()));
+    mtp__region_shrink_run(&pool->rs, s, want, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
     /* the freed tail as mtp__pool_release_locked treats freed pages */
     if (pool->purge_delay_ms == 0)
       mtp__u64_add_relaxed(&pool->bytes_returned, mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
