@@ -3,7 +3,11 @@
  * to partial, a free into a detached slab taking it back, an empty slab going to the cache, and
  * thread flush; mtp__heap_validate checks the lists and every slab on them at each step. Then the
  * cache: a slab taken back by its own class keeps its free list and bump pointer (no carving
- * again), another class of as many pages formats it, and a full cache lets its oldest slab go. */
+ * again), another class of as many pages formats it, and a full cache lets its oldest slab go.
+ * Cold classes: a heap that joins a pool after another takes its first blocks of a class from the
+ * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
+ * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
+ * back. */
 #include "heap/heap.h"
 #include "testhelper.h"
 
@@ -20,7 +24,7 @@ static void test_lists(void) {
   uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
   void **b = calloc((size_t)cap * SLABS + 1, sizeof(void *));
   for (uint32_t i = 0; i < cap * SLABS + 1; i++) CHECK((b[i] = mtp_pool_alloc(mtp__pool_out(pool), 1024)) != NULL);
-  mtpi_heap_t *h = mtp__tl_thread->heaps[pool->id];
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
   CHECK(h != NULL);
   mtp__heap_validate(h);
   CHECK_EQ_SZ(h->full_count[cls], MTP_FULL_PER_CLASS);
@@ -51,7 +55,7 @@ static void test_lists(void) {
   mtp_pool_stats(mtp__pool_out(pool), &st);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
   mtp_thread_flush();
-  CHECK(mtp__tl_thread->heaps[pool->id] == NULL);
+  CHECK(mtp__thread_heap(mtp__tl_thread, pool->id) == NULL);
   mtp_pool_destroy(mtp__pool_out(pool));
   free(b);
 }
@@ -90,7 +94,7 @@ static void test_cache_keeps_format(void) {
   CHECK(head != NULL);
   void *keep_cur = k1; /* the current slab still has room: fill it so the cache is asked */
   unsigned cls = mtp__class_of(24576);
-  h = mtp__tl_thread->heaps[mtp__pool_in(pool)->id];
+  h = mtp__thread_heap(mtp__tl_thread, mtp__pool_in(pool)->id);
   mtpi_page_t *cur = h->current[cls];
   uint32_t left = cur->capacity - MTP_USED(cur);
   void **more = calloc((size_t)left + 2, sizeof(void *));
@@ -119,7 +123,7 @@ static void test_cache_keeps_format(void) {
   mtpi_page_t *t = cache_one(pool, 14000, &k3);
   CHECK(t->pages == 4 && t->list == MTP_LIST_HEAP_CACHE);
   CHECK(u->kind != MTP_PAGE_SLAB || u->list != MTP_LIST_HEAP_CACHE);
-  h = mtp__tl_thread->heaps[mtp__pool_in(pool)->id];
+  h = mtp__thread_heap(mtp__tl_thread, mtp__pool_in(pool)->id);
   CHECK(h->m.cache_bytes <= o.thread_cache_bytes);
   mtp__heap_validate(h);
   mtp_free(k4);
@@ -182,9 +186,103 @@ static void test_late_news(void) {
   mtp_pool_destroy(pool);
 }
 
+/* ---- cold classes ---- */
+
+enum { COLD_BLOCKS = 1000 };
+static mtpi_pool_t *cold_pool;
+
+static bool from_shared(void *p) {
+  return mtp__slab_heap(mtp__slab_of((uintptr_t)p)) == &cold_pool->shared;
+}
+
+static void *cold_worker(void *arg) {
+  (void)arg;
+  unsigned cls = mtp__class_of(64);
+  void **b = calloc(COLD_BLOCKS, sizeof(void *));
+  CHECK(b != NULL);
+  mtp_pool_t *pool = mtp__pool_out(cold_pool);
+  for (unsigned i = 0; i < COLD_BLOCKS; i++) CHECK((b[i] = mtp_pool_alloc(pool, 64)) != NULL);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, cold_pool->id);
+  CHECK(h != NULL && h->cold_ok);
+  /* the first blocks came from the shared heap, a few pages' worth at most; all later ones from
+   * this heap's own slab */
+  unsigned shared = h->cold[cls];
+  CHECK(shared >= 2 && shared * 64u <= 4 * 4096u);
+  for (unsigned i = 0; i < COLD_BLOCKS; i++) CHECK(from_shared(b[i]) == (i < shared));
+  CHECK(h->current[cls] != &mtp__slab_empty && mtp__slab_heap(h->current[cls]) == h);
+  mtp__heap_validate(h);
+  /* a free of a shared block by its allocating thread is a remote free: counted, not lost */
+  for (unsigned i = 0; i < COLD_BLOCKS; i++) mtp_free(b[i]);
+  free(b);
+  return NULL;
+}
+
+typedef struct {
+  pthread_barrier_t *all, *measured;
+  void *b[16];
+} little_t;
+
+static void *little_worker(void *arg) {
+  little_t *l = arg;
+  mtp_pool_t *pool = mtp__pool_out(cold_pool);
+  for (unsigned c = 0; c < 16; c++) CHECK((l->b[c] = mtp_pool_alloc(pool, 48 + 64 * c)) != NULL);
+  pthread_barrier_wait(l->all);
+  pthread_barrier_wait(l->measured);
+  for (unsigned c = 0; c < 16; c++) mtp_free(l->b[c]); /* half of them freed by main instead */
+  return NULL;
+}
+
+static void test_cold_classes(void) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.purge_delay_ms = -1; /* only trim returns memory: the figures below are the slabs held */
+  cold_pool = mtp__pool_in(mtp_pool_create(&o));
+  CHECK(cold_pool != NULL);
+  /* the pool's first heap: its own slabs from the first block */
+  void *mine = mtp_pool_alloc(mtp__pool_out(cold_pool), 64);
+  CHECK(mine != NULL && !from_shared(mine));
+  CHECK(!mtp__thread_heap(mtp__tl_thread, cold_pool->id)->cold_ok);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, cold_worker, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  /* 64 threads hold one block of each of 16 classes at once: with a slab per class per thread
+   * that is 1,024 slabs; sharing the first blocks, a few per class */
+  enum { LITTLE = 64 };
+  pthread_barrier_t all, measured;
+  pthread_barrier_init(&all, NULL, LITTLE + 1);
+  pthread_barrier_init(&measured, NULL, LITTLE + 1);
+  static little_t l[LITTLE];
+  pthread_t lt[LITTLE];
+  for (unsigned i = 0; i < LITTLE; i++) {
+    l[i].all = &all;
+    l[i].measured = &measured;
+    CHECK(pthread_create(&lt[i], NULL, little_worker, &l[i]) == 0);
+  }
+  pthread_barrier_wait(&all);
+  mtp_stats_t st;
+  mtp_pool_stats(mtp__pool_out(cold_pool), &st);
+  CHECK_EQ_SZ(st.blocks_in_use, 1 + LITTLE * 16);
+  CHECK(st.bytes_reserved <= 64 * MTP_PAGE_SIZE);
+  for (unsigned i = 0; i < LITTLE; i++) CHECK(from_shared(l[i].b[i % 16]));
+  pthread_barrier_wait(&measured);
+  for (unsigned i = 0; i < LITTLE; i++) CHECK(pthread_join(lt[i], NULL) == 0);
+  pthread_barrier_destroy(&all);
+  pthread_barrier_destroy(&measured);
+  mtp_free(mine);
+  mtp_pool_stats(mtp__pool_out(cold_pool), &st);
+  CHECK_EQ_SZ(st.blocks_in_use, 0);
+  CHECK(st.bytes_reserved > 0); /* the shared heap's slabs, and this thread's */
+  mtp_thread_flush();
+  mtp_pool_trim(mtp__pool_out(cold_pool));
+  mtp_pool_stats(mtp__pool_out(cold_pool), &st);
+  CHECK_EQ_SZ(st.bytes_reserved, 0); /* the shared heap gave its slabs back */
+  mtp_pool_destroy(mtp__pool_out(cold_pool));
+}
+
 int main(void) {
   RUN(test_lists);
   RUN(test_cache_keeps_format);
   RUN(test_late_news);
+  RUN(test_cold_classes);
   DONE();
 }

@@ -68,7 +68,7 @@ void *mtp_alloc(size_t size) {
 void *mtp_pool_alloc(mtp_pool_t *pool_, size_t size) {
   mtpi_pool_t *pool = mtp__pool_in(pool_);
   if (pool == NULL) return mtp_alloc(size);
-  mtpi_heap_t *h = mtp__tl_thread->heaps[pool->id];
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
   unsigned cls;
   if (MTP_LIKELY(h != NULL && class_fast(size, &cls)) &&
       MTP_LIKELY(mtp__member_pool(&h->m) == pool)) {

@@ -314,6 +314,10 @@ typedef struct mtpi_member {
   /* Classes this heap got a slab of from the pool (pool lock): another request for one of them
    * is growth, which earns pages faulted in ahead (region.h). */
   uint64_t classes_got[(MTP_NUM_CLASSES + 63) / 64];
+  /* The pool's shared heap (heap.c: cold classes; set before it joins): its slabs serve many
+   * threads a few blocks each, never a thread's growth, so it claims no region and earns no
+   * pages faulted in ahead. */
+  bool shared;
 } mtpi_member_t;
 
 /* ------------------------------------------------------------------------------------------------
@@ -330,11 +334,21 @@ struct mtpi_heap {
   mtpi_thread_t *thread;                 /* owner */
   mtpi_member_t m;
   mtpi_heap_t *free_next;                /* meta free list */
+  /* Cold classes (heap.c): blocks of each class this heap took from its pool's shared heap, and
+   * whether it may (it joined a pool that had a heap already). */
+  uint8_t cold[MTP_NUM_CLASSES];
+  uint32_t cold_total; /* the sum of them */
+  bool cold_ok;
 };
 
-/* Per-thread record; its address is the thread's ownership token. */
+/* Per-thread record; its address is the thread's ownership token. Heaps of pools 0 ..
+ * MTP_THREAD_HEAPS - 1 are in the record, so that a thread of a program with few pools touches
+ * a few lines of a shared page for it rather than a page of its own (the table of every pool id
+ * is 8 KiB); more: that table, allocated when the thread first uses a pool of a higher id. */
+#define MTP_THREAD_HEAPS 8
 struct mtpi_thread {
-  mtpi_heap_t *heaps[MTP_MAX_POOLS];
+  mtpi_heap_t *heaps[MTP_THREAD_HEAPS];
+  mtpi_heap_t **more; /* MTP_MAX_POOLS entries, or NULL */
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -407,6 +421,12 @@ struct mtp_pool {
   size_t q_bytes;
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
+  /* The shared heap (heap layer, heap.c): the first blocks of a class a thread allocates come
+   * from here, so a thread that allocates a little does not hold a slab per class. Every field
+   * of it under shared_lock, which is taken before the pool lock; shared.thread is NULL until
+   * its first use. */
+  pthread_mutex_t shared_lock;
+  mtpi_heap_t shared;
   /* large blocks: under the large lock */
   mtpi_node_t *large;                     /* LIVE records */
   size_t large_count, large_bytes;        /* LIVE: blocks, mapped bytes */

@@ -16,6 +16,12 @@ extern mtpi_thread_t mtp__thread_empty;
 extern MTP_TLS mtpi_heap_t *mtp__tl_default_heap;
 extern MTP_TLS mtpi_thread_t *mtp__tl_thread;
 
+/* t's heap in the pool of this id, or NULL (none yet, or the table of high ids is not made). */
+static inline mtpi_heap_t *mtp__thread_heap(const mtpi_thread_t *t, uint32_t id) {
+  if (MTP_LIKELY(id < MTP_THREAD_HEAPS)) return t->heaps[id];
+  return t->more != NULL ? t->more[id] : NULL;
+}
+
 /* ---- heap.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
@@ -24,6 +30,10 @@ void *mtp__heap_span_alloc(mtpi_pool_t *pool, size_t size, bool zero);
 /* Free the medium block p (s: its head descriptor, seen as SPAN) into the calling thread's cache
  * of its pool's spans if the thread has a heap in that pool (mtp__span_free). */
 void mtp__heap_span_free(mtpi_page_t *s, void *p, size_t size, bool sized);
+/* Trim: the pool's shared heap (heap.c: cold classes) gives its slabs back to the pool; the
+ * second, every pool's. Then mtp__pool_trim and mtp__pool_trim_all purge them. */
+void mtp__heap_shared_trim(mtpi_pool_t *pool);
+void mtp__heap_shared_trim_all(void);
 /* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
  * are not owned, misuse. */
 void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);

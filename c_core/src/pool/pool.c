@@ -44,16 +44,18 @@ static void note_free_pages(mtpi_pool_t *p) {
 
 /* ---- members and their caches ---- */
 
-void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
+bool mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
   m->region_hint = NULL;
   memset(m->classes_got, 0, sizeof(m->classes_got));
   mtp__pool_lock(p);
   /* A second heap in a pool: wakes may come from several threads at once, too many to measure
    * under the registry lock each time (see wake_inline): the purge thread is worth its keep. */
-  if (p->members != NULL) mtp__purger_eager();
+  bool others = p->members != NULL;
+  if (others) mtp__purger_eager();
   mtp__list_push(&p->members, &m->link);
   mtp__pool_unlock(p);
+  return others;
 }
 
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m) {
@@ -320,9 +322,10 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
     return s;
   }
   uint64_t bit = (uint64_t)1 << (cls % 64);
-  bool grow = (m->classes_got[cls / 64] & bit) != 0;
+  bool grow = (m->classes_got[cls / 64] & bit) != 0 && !m->shared;
   m->classes_got[cls / 64] |= bit;
-  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], &m->region_hint, grow);
+  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], m->shared ? NULL : &m->region_hint,
+                             grow);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
     mtp__slab_set_heap(s, heap);
@@ -600,7 +603,9 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   static mtpi_pool_t default_record;
   mtpi_pool_t *p = is_default ? &default_record : mtp__meta_alloc(sizeof(*p));
   if (p == NULL) return NULL;
-  if (mtp__os_lock_init(&p->lock) != 0) {
+  int e = mtp__os_lock_init(&p->lock);
+  if (e == 0 && (e = mtp__os_lock_init(&p->shared_lock)) != 0) pthread_mutex_destroy(&p->lock);
+  if (e != 0) {
     if (!is_default) mtp__meta_free(p, sizeof(*p));
     errno = ENOMEM;
     return NULL;
@@ -618,6 +623,7 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   if (id == MTP_MAX_POOLS) {
     pthread_mutex_unlock(&mtp__registry_lock);
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->shared_lock);
     mtp__meta_free(p, sizeof(*p));
     errno = ENOMEM;
     return NULL;
@@ -689,6 +695,7 @@ void mtp__pool_free(mtpi_pool_t *p) {
   mtp__list_remove(&mtp__pools, &p->reg_link);
   pthread_mutex_unlock(&mtp__registry_lock);
   pthread_mutex_destroy(&p->lock);
+  pthread_mutex_destroy(&p->shared_lock); /* the shared heap is a member: unbound above */
   mtp__meta_free(p, sizeof(*p));
 }
 
@@ -727,7 +734,10 @@ void mtp__fork_prepare(void) {
   pthread_mutex_lock(&purger_create_lock);
   purger_was_running = purger_join(false);
   pthread_mutex_lock(&mtp__registry_lock);
-  for (mtpi_node_t *it = mtp__pools; it; it = it->next) mtp__pool_lock(mtp__pool_from_reg(it));
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next) { /* shared heap, then pool: heap.c */
+    pthread_mutex_lock(&mtp__pool_from_reg(it)->shared_lock);
+    mtp__pool_lock(mtp__pool_from_reg(it));
+  }
   pthread_mutex_lock(&mtp__large_lock);
   pthread_mutex_lock(&mtp__meta_lock);
   pthread_mutex_lock(&purger_lock);
@@ -740,6 +750,7 @@ static void unlock_all(void) {
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     pthread_mutex_unlock(&p->lock); /* a release due before the fork is woken for later */
+    pthread_mutex_unlock(&p->shared_lock);
   }
   pthread_mutex_unlock(&mtp__registry_lock);
 }

@@ -66,7 +66,8 @@ static inline mtpi_pool_t *mtp__member_pool(mtpi_member_t *m) {
    * it by the registry lock or by the caller's contract (no use of a destroyed pool) */
   return (mtpi_pool_t *)mtp__load_relaxed(&m->pool);
 }
-void mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
+/* m joins p's members. Returns whether p had a member already (another thread's heap). */
+bool mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
 /* Pool lock held: m's counters go to the pool's, m leaves the list and is unbound. */
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
 
