@@ -60,9 +60,10 @@ static void test_cross_thread(void) {
   CHECK_EQ_SZ(st.allocs, 5 * NT * per_thread);
   CHECK_EQ_SZ(st.frees, st.allocs);
   CHECK(st.remote_frees > 0);
-  /* five rounds reused the memory of the first: far less than five rounds' worth is mapped */
+  /* five rounds reused the memory of the first: far less than five rounds' worth is mapped
+   * (beside the heaps' slabs, the pool's shared heap holds a slab per class: heap.c) */
   size_t one_round = NT * per_thread * 260;
-  CHECK(st.bytes_mapped < 2 * one_round + (8u << 20));
+  CHECK(st.bytes_mapped < 2 * one_round + (12u << 20));
   mtp_pool_trim(xpool);
   mtp_pool_stats(xpool, &st);
   CHECK_EQ_SZ(st.bytes_reserved, 0);
