@@ -47,7 +47,8 @@ int mtp__hugepages_mode(void);           /* the environment's, read once */
  * are what the next thread or class carves (gp_bench thread_churn: 3x the page faults when every
  * page's delay was 30 ms); a run of 64 KiB or more is taken again within the churn loop that freed
  * it or sits idle (slapd, 1 KiB-1 MiB entries, after the modify mix: 40 MiB free and resident,
- * 20 of them cached large ranges, 14 free region pages; RssAnon 1.4x glibc's, 0.9-1.0x with this). */
+ * 20 of them cached large ranges, 14 free region pages; RssAnon 1.4x glibc's, 0.9-1.0x with
+ * this). */
 #define MTP_RUN_DELAY_DIV 10
 /* The free time to stamp on a medium block's pages or a large range freed at now_ms in a pool of
  * that purge delay: the purge, which takes what was freed one delay ago, finds them due a tenth of

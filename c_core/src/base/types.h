@@ -422,9 +422,9 @@ struct mtp_pool {
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
   /* The shared heap (heap layer, heap.c): the first blocks of a class a thread allocates come
-   * from here, so a thread that allocates a little does not hold a slab per class. Every field
-   * of it under shared_lock, which is taken before the pool lock; shared.thread is NULL until
-   * its first use. */
+   * from here, so a thread that allocates a little does not hold a slab per class. Its owner
+   * fields (lists, counters, thread: NULL until its first use) are written under shared_lock,
+   * which is taken before the pool lock; its member part follows mtpi_member_t's rules. */
   pthread_mutex_t shared_lock;
   mtpi_heap_t shared;
   /* large blocks: under the large lock */

@@ -34,10 +34,10 @@
  *   - a free range goes back to the OS (munmap, counted in bytes_returned then) a tenth of the
  *     pool's purge delay after its free (its free time is stamped that much early,
  *     mtp__run_freed_at, base/base.h says why; a merged range counts from its newest free; the
- *     purge thread, pool.c), at trim and at pool destroy. A pool with a delay of 0 caches nothing. A checked pool caches nothing
- *     for reuse: it quarantines (quarantine_put) a freed block's range, inaccessible, so that a late
- *     access faults, the address is not handed out again at once and a second free is reported as
- *     a double free.
+ *     purge thread, pool.c), at trim and at pool destroy. A pool with a delay of 0 caches
+ *     nothing. A checked pool caches nothing for reuse: it quarantines (quarantine_put) a freed
+ *     block's range, inaccessible, so that a late access faults, the address is not handed out
+ *     again at once and a second free is reported as a double free.
  * Free ranges are poisoned for AddressSanitizer while cached. */
 #define _GNU_SOURCE /* glibc's adaptive mutex initializer */
 #include <errno.h>

@@ -222,7 +222,8 @@ bool mtp__span_resize(void *p, size_t size) {
   MTP_ASSERT(s->kind == MTP_PAGE_SPAN && (char *)p == mtp__page_start(s));
   old = s->pages;
   if (want < old) {
-    mtp__region_shrink_run(&pool->rs, s, want, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
+    uint64_t freed_at = mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms());
+    mtp__region_shrink_run(&pool->rs, s, want, freed_at);
     /* the freed tail as mtp__pool_release_locked treats freed pages */
     if (pool->purge_delay_ms == 0)
       mtp__u64_add_relaxed(&pool->bytes_returned, mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
