@@ -407,7 +407,8 @@ static mtpi_atomic_int purger_needed;
 void mtp__purger_eager(void) { mtp__int_store_relaxed(&purger_needed, 1); }
 /* 1: nothing scheduled, a wake is needed. seq_cst: the purger's store of 1 before it scans and
  * a freer's CAS 1 -> 0 after it freed must not both miss each other's effects (a store-load
- * pattern across two variables: pages and this flag). */
+ * pattern across two variables: pages and this flag). A waker reads it relaxed first and skips
+ * the CAS on 0 (mtp__purger_wake says why that read misses nothing). */
 static mtpi_atomic_int purger_idle = 1;
 
 /* Pool lock held (and the registry lock, by every caller). */
@@ -534,7 +535,8 @@ void mtp__purger_wake(void) {
    * at once do not take the line from each other with a failing CAS (2.6% of gp_bench medium's
    * samples at 2 threads). Relaxed is enough here: what the waker just made to purge was made under
    * a lock the purger's scan takes (see purger_needed); if that scan ran first, its store of 1
-   * happens before this load (through that lock), so a 0 read here is a later wake's. */
+   * happens before this load (through that lock), so a 0 read here is a later wake's, or the
+   * purger's own when it has more to do (it scans again then). */
   if (mtp__int_load_relaxed(&purger_idle) == 0) return;
   int idle = 1;
   if (!mtp__int_cas_strong_seq_cst(&purger_idle, &idle, 0)) return; /* already scheduled */
