@@ -265,9 +265,13 @@ EXPORT int malloc_info(int options, FILE *out) {
     for (unsigned c = 0; c < st.num_classes; c++) {
       const mtp_class_stats_t *cs = &st.classes[c];
       if (cs->slabs == 0) continue;
-      rc |= fprintf(out, "  <size from=\"%zu\" to=\"%zu\" total=\"%zu\" count=\"%zu\"/>\n",
+      /* glibc's four attributes, then the class's slabs and the bytes they span: what the
+       * class holds beyond its blocks (a class with few blocks in many slabs shows here) */
+      rc |= fprintf(out,
+                    "  <size from=\"%zu\" to=\"%zu\" total=\"%zu\" count=\"%zu\" slabs=\"%zu\" "
+                    "slab_bytes=\"%zu\"/>\n",
                     cs->block_size, cs->block_size, cs->blocks_in_use * cs->block_size,
-                    cs->blocks_in_use) < 0;
+                    cs->blocks_in_use, cs->slabs, cs->slab_bytes) < 0;
     }
     rc |= fprintf(out, "</sizes>\n") < 0;
     rc |= info_totals(out, &st, "heap");
