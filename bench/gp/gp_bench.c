@@ -1,7 +1,10 @@
 /* General-purpose allocation workloads, one per process, through plain malloc/free/realloc.
  *
- *   gp_bench --test NAME --threads N [--scale X] [--alloc LABEL]
+ *   gp_bench --test NAME --threads N [--scale X] [--alloc LABEL] [--sizes LO:HI]
  *   gp_bench --list
+ *
+ * --sizes replaces the block sizes (bytes, LO <= HI) of churn_1k_32k, large and medium, to take
+ * one range of a workload apart (medium's spans against its large blocks); the others ignore it.
  *
  * The allocator is whatever the process's malloc is (scripts/bench_gp.sh preloads each one).
  * Every workload does a fixed amount of work (per thread, except `tree`: one million nodes per
@@ -28,6 +31,7 @@
 #include "../tools/malloc_name.h"
 
 static double g_scale = 1.0;
+static size_t g_lo, g_hi; /* --sizes: 0 = each workload's own */
 static int g_threads = 1;
 
 static void die(const char *what) {
@@ -399,7 +403,12 @@ static void *churn_worker(void *arg) {
   return NULL;
 }
 
-static uint64_t run_churn(const churn_cfg_t *c) {
+static uint64_t run_churn(const churn_cfg_t *cfg) {
+  churn_cfg_t cc = *cfg, *c = &cc;
+  if (g_hi != 0) {
+    c->lo = g_lo;
+    c->hi = g_hi;
+  }
   worker_t *w = calloc((size_t)g_threads, sizeof *w);
   if (!w) die("out of memory");
   for (int i = 0; i < g_threads; i++) {
@@ -641,7 +650,8 @@ static double now(void) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: gp_bench --test NAME --threads N [--scale X] [--alloc LABEL] | --list\n");
+  fprintf(stderr, "usage: gp_bench --test NAME --threads N [--scale X] [--alloc LABEL] "
+                  "[--sizes LO:HI] | --list\n");
   exit(2);
 }
 
@@ -665,6 +675,12 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--scale")) {
       g_scale = strtod(argv[++i], &end);
       if (*end || !(g_scale > 0) || g_scale > 1000) usage();
+    } else if (!strcmp(argv[i], "--sizes")) {
+      unsigned long long lo = strtoull(argv[++i], &end, 10), hi = 0;
+      if (*end == ':') hi = strtoull(end + 1, &end, 10);
+      if (*end || lo < 16 || hi < lo || hi > (1ull << 30)) usage();
+      g_lo = (size_t)lo;
+      g_hi = (size_t)hi;
     } else {
       usage();
     }
@@ -683,10 +699,12 @@ int main(int argc, char **argv) {
   double wall = now() - t0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("{\"test\": \"%s\", \"threads\": %d, \"scale\": %g, \"alloc\": \"%s\", \"malloc\": \"%s\", "
+  char sizes[64] = "";
+  if (g_hi != 0) snprintf(sizes, sizeof sizes, "\"sizes\": \"%zu:%zu\", ", g_lo, g_hi);
+  printf("{\"test\": \"%s\", %s\"threads\": %d, \"scale\": %g, \"alloc\": \"%s\", \"malloc\": \"%s\", "
          "\"wall_s\": %.4f, \"user_s\": %.3f, \"sys_s\": %.3f, \"maxrss_kb\": %ld, \"minflt\": %ld, "
          "\"checksum\": \"%016" PRIx64 "\"}\n",
-         test, g_threads, g_scale, label ? label : in_use, in_use, wall,
+         test, sizes, g_threads, g_scale, label ? label : in_use, in_use, wall,
          (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6, ru.ru_maxrss, ru.ru_minflt,
          sum);
