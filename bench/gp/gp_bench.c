@@ -32,6 +32,7 @@
 
 static double g_scale = 1.0;
 static size_t g_lo, g_hi; /* --sizes: 0 = each workload's own */
+static int g_sizes_used;   /* the workload took --sizes (its JSON line names them) */
 static int g_threads = 1;
 
 static void die(const char *what) {
@@ -408,6 +409,7 @@ static uint64_t run_churn(const churn_cfg_t *cfg) {
   if (g_hi != 0) {
     c->lo = g_lo;
     c->hi = g_hi;
+    g_sizes_used = 1;
   }
   worker_t *w = calloc((size_t)g_threads, sizeof *w);
   if (!w) die("out of memory");
@@ -700,7 +702,7 @@ int main(int argc, char **argv) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   char sizes[64] = "";
-  if (g_hi != 0) snprintf(sizes, sizeof sizes, "\"sizes\": \"%zu:%zu\", ", g_lo, g_hi);
+  if (g_sizes_used) snprintf(sizes, sizeof sizes, "\"sizes\": \"%zu:%zu\", ", g_lo, g_hi);
   printf("{\"test\": \"%s\", %s\"threads\": %d, \"scale\": %g, \"alloc\": \"%s\", \"malloc\": \"%s\", "
          "\"wall_s\": %.4f, \"user_s\": %.3f, \"sys_s\": %.3f, \"maxrss_kb\": %ld, \"minflt\": %ld, "
          "\"checksum\": \"%016" PRIx64 "\"}\n",
