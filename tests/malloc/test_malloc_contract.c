@@ -290,13 +290,13 @@ static void test_malloc_stats_info(void) {
   CHECK(mu_owned(xml));
   CHECK(strncmp(xml, "<malloc version=\"mtpool-", 24) == 0);
   CHECK(strstr(xml, "<heap nr=\"0\" name=\"default\">") != NULL);
-  int found = 0; /* the class of the 777-byte block: one block in use, in at least one slab */
+  int found = 0; /* the class of the 777-byte block, with its slabs on its own line */
   for (const char *at = xml; (at = strstr(at, "<size from=\"")) != NULL; at++) {
     size_t from = strtoul(at + 12, NULL, 10);
     if (from < 777 || from >= 1024) continue;
     const char *slabs = strstr(at, " slabs=\""), *bytes = strstr(at, " slab_bytes=\"");
     const char *end = strchr(at, '\n');
-    CHECK(slabs != NULL && bytes != NULL && bytes < end);
+    CHECK(end != NULL && slabs != NULL && bytes != NULL && slabs < end && bytes < end);
     found |= strtoul(slabs + 8, NULL, 10) >= 1 && strtoul(bytes + 13, NULL, 10) >= from;
   }
   CHECK(found);
