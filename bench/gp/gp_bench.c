@@ -3,8 +3,9 @@
  *   gp_bench --test NAME --threads N [--scale X] [--alloc LABEL] [--sizes LO:HI]
  *   gp_bench --list
  *
- * --sizes replaces the block sizes (bytes, LO <= HI) of churn_1k_32k, large and medium, to take
- * one range of a workload apart (medium's spans against its large blocks); the others ignore it.
+ * --sizes replaces the block sizes (bytes, LO <= HI) of churn_1k_32k, large, medium and cache,
+ * to take one range of a workload apart (medium's spans against its large blocks); the others
+ * ignore it.
  *
  * The allocator is whatever the process's malloc is (scripts/bench_gp.sh preloads each one).
  * Every workload does a fixed amount of work (per thread, except `tree`: one million nodes per
@@ -436,6 +437,15 @@ static uint64_t t_large(void) {
   return run_churn(&c);
 }
 
+/* An object cache: many live blocks (20,000 per thread, 16 B-4 KiB), replaced in random order,
+ * as a server's entry or object cache evicts. An allocator whose free lists belong to slabs or
+ * pages finds few free blocks in each at this occupancy. */
+static uint64_t t_cache(void) {
+  churn_cfg_t c = {.lo = 16, .hi = 4096, .slots = 20000, .log_sizes = 1, .touch_pages = 0,
+                   .ops = 2000000, .test = 10};
+  return run_churn(&c);
+}
+
 /* ---- realloc: grow a buffer to 8 MiB in 4 KiB steps, free, repeat -------------------------- */
 /* --scale X: X growths per thread (rounded), or for X < 1 one growth to X * 8 MiB. */
 static void *realloc_worker(void *arg) {
@@ -643,6 +653,7 @@ static const struct {
     {"false_sharing_passive", t_fs_passive},
     {"realloc_grow", t_realloc_grow},
     {"medium", t_medium},
+    {"cache", t_cache},
 };
 
 static double now(void) {

@@ -41,6 +41,8 @@ ABOUT = {
                     "byte written per step), reads it, frees it; 150 times",
     "medium": "20,000 free+malloc per thread of 32 KiB-1 MiB blocks (log-uniform) in a live set "
               "of 64, one byte written per 4 KiB page",
+    "cache": "2,000,000 free+malloc per thread of 16 B-4 KiB blocks (log-uniform) in a live set "
+             "of 20,000: an object cache evicting in random order",
 }
 
 
