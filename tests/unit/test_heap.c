@@ -7,7 +7,8 @@
  * Cold classes: a heap that joins a pool after another takes its first blocks of a class from the
  * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
  * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
- * back. */
+ * back. The partial list is a queue (the slab freed into first is used first), and a thread
+ * that frees into a slab it let go keeps more exhausted slabs of that class. */
 #include "heap/heap.h"
 #include "testhelper.h"
 
@@ -279,10 +280,98 @@ static void test_cold_classes(void) {
   mtp_pool_destroy(mtp__pool_out(cold_pool));
 }
 
+/* A pool of its own (no purging) and n blocks of `size` from it, in allocation order. */
+static mtpi_pool_t *fill(size_t size, uint32_t n, void ***out) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.purge_delay_ms = -1;
+  mtpi_pool_t *pool = mtp__pool_in(mtp_pool_create(&o));
+  CHECK(pool != NULL);
+  void **b = calloc(n, sizeof(void *));
+  CHECK(b != NULL);
+  for (uint32_t i = 0; i < n; i++)
+    CHECK((b[i] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
+  *out = b;
+  return pool;
+}
+
+static void drop(mtpi_pool_t *pool, void **b, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (b[i] != NULL) mtp_free(b[i]);
+  mtp_pool_destroy(mtp__pool_out(pool));
+  free(b);
+}
+
+/* The partial list is a queue: exhausted slabs that get room again are used in the order they
+ * got it (the first freed into first), not the newest first. */
+static void test_partial_queue(void) {
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  uint32_t n = cap * 3; /* two exhausted slabs (kept: MTP_FULL_PER_CLASS), a current one, room */
+  void **b;
+  mtpi_pool_t *pool = fill(1024, cap * 2 + 1, &b);
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  b = realloc(b, n * sizeof(void *));
+  CHECK(b != NULL);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  CHECK_EQ_SZ(h->full_count[cls], 2);
+  void *first = b[0], *second = b[cap]; /* one block in each exhausted slab */
+  mtp_free(first);
+  mtp_free(second);
+  CHECK(h->partial[cls] == &mtp__slab_of((uintptr_t)first)->link); /* the front */
+  mtp__heap_validate(h);
+  mtpi_page_t *cur = mtp__slab_of((uintptr_t)b[cap * 2]);
+  for (uint32_t i = cap * 2 + 1; i < n; i++) { /* the rest of the current slab */
+    CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
+    CHECK(mtp__slab_of((uintptr_t)b[i]) == cur);
+  }
+  mtp__heap_validate(h);
+  CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == first);    /* the slab freed into first */
+  CHECK((b[cap] = mtp_pool_alloc(pub, 1024)) == second); /* then the other */
+  mtp__heap_validate(h);
+  drop(pool, b, n);
+}
+
+/* A thread that frees into a slab it let go (detached when more than MTP_FULL_PER_CLASS were
+ * exhausted) keeps twice as many exhausted slabs of that class owned from then on. */
+static void test_full_limit_grows(void) {
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  uint32_t n = cap * 6;
+  void **b;
+  mtpi_pool_t *pool = fill(1024, cap * 4 + 1, &b); /* S0..S3 exhausted, S0 and S1 let go */
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  b = realloc(b, n * sizeof(void *));
+  CHECK(b != NULL);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s2 = mtp__slab_of((uintptr_t)b[cap * 2]);
+  uintptr_t me = (uintptr_t)mtp__tl_thread;
+  CHECK_EQ_SZ(h->full_limit[cls], MTP_FULL_PER_CLASS);
+  CHECK_EQ_SZ(h->full_count[cls], MTP_FULL_PER_CLASS);
+  CHECK_EQ_SZ(mtp__load_relaxed(&s0->owner), 0);
+  CHECK_EQ_SZ(mtp__load_relaxed(&s2->owner), me | MTP_OWNER_FULL);
+  void *back = b[0];
+  mtp_free(back); /* into S0, which this thread let go: taken back, and the bound doubles */
+  CHECK_EQ_SZ(mtp__load_relaxed(&s0->owner), me);
+  CHECK_EQ_SZ(h->full_limit[cls], MTP_FULL_PER_CLASS * 2);
+  mtp__heap_validate(h);
+  for (uint32_t i = cap * 4 + 1; i < cap * 5; i++)
+    CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
+  CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == back); /* S4 exhausted (3 kept), then S0 */
+  CHECK((b[cap * 5] = mtp_pool_alloc(pub, 1024)) != NULL); /* S0 exhausted: 4 kept */
+  CHECK_EQ_SZ(h->full_count[cls], MTP_FULL_PER_CLASS * 2);
+  CHECK_EQ_SZ(mtp__load_relaxed(&s2->owner), me | MTP_OWNER_FULL); /* not let go */
+  mtp__heap_validate(h);
+  for (uint32_t i = cap * 5 + 1; i < n; i++) b[i] = NULL;
+  drop(pool, b, n);
+}
+
 int main(void) {
   RUN(test_lists);
   RUN(test_cache_keeps_format);
   RUN(test_late_news);
   RUN(test_cold_classes);
+  RUN(test_partial_queue);
+  RUN(test_full_limit_grows);
   DONE();
 }

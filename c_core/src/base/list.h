@@ -52,4 +52,36 @@ static inline mtpi_node_t *mtp__list_last(mtpi_node_t *head) {
   return head;
 }
 
+/* A queue: the same nodes, walked from the head by `next` as a list, but the head's `prev` names
+ * the last node (its own, when it is alone), so that appending costs no walk. Only the queue
+ * functions below may change one (mtp__list_remove would take the head's `prev` for a node). */
+static inline void mtp__queue_push_back(mtpi_node_t **head, mtpi_node_t *n) {
+  mtpi_node_t *first = *head;
+  n->next = NULL;
+  if (first == NULL) {
+    n->prev = n;
+    *head = n;
+    return;
+  }
+  mtpi_node_t *last = first->prev;
+  last->next = n;
+  n->prev = last;
+  first->prev = n;
+}
+
+static inline void mtp__queue_remove(mtpi_node_t **head, mtpi_node_t *n) {
+  mtpi_node_t *first = *head;
+  if (n == first) {
+    *head = n->next;
+    if (n->next) n->next->prev = n->prev; /* the new head names the last */
+  } else {
+    n->prev->next = n->next;
+    if (n->next)
+      n->next->prev = n->prev;
+    else
+      first->prev = n->prev; /* n was the last */
+  }
+  n->next = n->prev = NULL;
+}
+
 #endif

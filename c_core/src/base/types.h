@@ -124,7 +124,8 @@ enum {
  * free fast path compares the whole word, so a marked slab always takes the slow path. */
 #define MTP_OWNER_CACHED 1 /* empty, in the heap's cache: a free into it is a double free */
 #define MTP_OWNER_FULL 2   /* exhausted, on the heap's full list: a free moves it to partial */
-/* Exhausted slabs a heap keeps owned per size class before it detaches the oldest. */
+/* Exhausted slabs a heap keeps owned per size class before it detaches the oldest, at first
+ * (mtpi_heap_t.full_limit: heap.c raises it for a thread that frees into slabs it let go). */
 #define MTP_FULL_PER_CLASS 2
 
 /* The remote free list word (thread_free): bits 0..47 the list head, bits 48..61 the number of
@@ -328,9 +329,10 @@ typedef struct mtpi_member {
  * unmapped, so a stale pointer to one can still be read safely. */
 struct mtpi_heap {
   mtpi_page_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
-  mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current */
+  mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current: a queue */
   mtpi_node_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
   uint8_t full_count[MTP_NUM_CLASSES];
+  uint8_t full_limit[MTP_NUM_CLASSES];   /* full_count's bound: MTP_FULL_PER_CLASS or more */
   mtpi_thread_t *thread;                 /* owner */
   mtpi_member_t m;
   mtpi_heap_t *free_next;                /* meta free list */
