@@ -68,7 +68,7 @@ static void test_advice(void) {
   const char *env = getenv("MTPOOL_HUGEPAGES");
   int mode = mtp__hugepages_mode();
   mtpi_rset_t rs = {0};
-  mtpi_page_t *s = mtp__region_alloc_span(&rs, 1, NULL, false);
+  mtpi_page_t *s = mtp__region_alloc_span(&rs, 1, NULL, false, false);
   REQUIRE(s != NULL, "a span");
   s->kind = MTP_PAGE_SLAB;
   mtpi_region_t *r = mtp__region_of((uintptr_t)s);
@@ -94,7 +94,7 @@ static void test_advice(void) {
   if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised */
     mtpi_page_t *t = NULL, *first = NULL;
     while (rs.mapped_bytes <= MTP_HUGE_AUTO_BYTES) {
-      t = mtp__region_alloc_span(&rs, 4, NULL, false);
+      t = mtp__region_alloc_span(&rs, 4, NULL, false, false);
       REQUIRE(t != NULL, "a span");
       t->kind = MTP_PAGE_SLAB;
       if (first == NULL) first = t;
@@ -130,7 +130,7 @@ static void test_huge_purge(void) {
   mtpi_rset_t rs = {0};
   mtpi_page_t *got[MTP_PAGES_PER_REGION] = {0};
   for (unsigned i = 0; i < MTP_REGION_USABLE_PAGES; i++) {
-    mtpi_page_t *s = mtp__region_alloc_span(&rs, 1, NULL, false);
+    mtpi_page_t *s = mtp__region_alloc_span(&rs, 1, NULL, false, false);
     REQUIRE(s != NULL, "a span");
     s->kind = MTP_PAGE_SLAB;
     got[s - mtp__region_of((uintptr_t)s)->pages] = s;
@@ -171,7 +171,7 @@ static void test_huge_purge(void) {
   EXPECT(rss0 > rss1 && rss0 - rss1 + RSS_SLACK >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
   CHECK(((const char *)mtp__page_start(got[keep]))[5] == 1); /* the page in use kept its data */
   /* split, it is purged page by page */
-  mtpi_page_t *again = mtp__region_alloc_span(&rs, 1, NULL, false);
+  mtpi_page_t *again = mtp__region_alloc_span(&rs, 1, NULL, false, false);
   REQUIRE(again != NULL && mtp__region_of((uintptr_t)again) == r, "a span of the region");
   again->kind = MTP_PAGE_SLAB;
   touch(again, 4);

@@ -10,7 +10,7 @@ static void test_spans_and_page_map(void) {
   mtpi_page_t *s[3];
   unsigned pages[3] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
-    s[i] = mtp__region_alloc_span(&rs, pages[i], NULL, false);
+    s[i] = mtp__region_alloc_span(&rs, pages[i], NULL, false, false);
     CHECK(s[i] != NULL);
     s[i]->kind = MTP_PAGE_SLAB; /* what a slab format would do */
     char *start = mtp__page_start(s[i]);
@@ -44,12 +44,12 @@ static void test_fill_a_region(void) {
   mtpi_page_t *got[MTP_PAGES_PER_REGION];
   unsigned n = 0;
   for (; n < MTP_REGION_USABLE_PAGES; n++) {
-    got[n] = mtp__region_alloc_span(&rs, 1, NULL, false);
+    got[n] = mtp__region_alloc_span(&rs, 1, NULL, false, false);
     CHECK(got[n] != NULL);
     got[n]->kind = MTP_PAGE_SLAB;
   }
   CHECK(rs.regions->next == NULL); /* one region held them all */
-  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1, NULL, false); /* a second region */
+  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1, NULL, false, false); /* a second region */
   CHECK(more != NULL && mtp__region_of((uintptr_t)more) != mtp__region_of((uintptr_t)got[0]));
   more->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs); /* the full region went to the back */
@@ -66,26 +66,26 @@ static void test_fill_a_region(void) {
 static void test_claims(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *a = NULL, *b = NULL, *c = NULL;
-  mtpi_page_t *sa = mtp__region_alloc_span(&rs, 1, &a, true);
+  mtpi_page_t *sa = mtp__region_alloc_span(&rs, 1, &a, true, true);
   CHECK(sa != NULL && a == mtp__region_of((uintptr_t)sa) && a->h.claim == &a);
   sa->kind = MTP_PAGE_SLAB;
-  mtpi_page_t *sb = mtp__region_alloc_span(&rs, 1, &b, true);
+  mtpi_page_t *sb = mtp__region_alloc_span(&rs, 1, &b, true, true);
   CHECK(sb != NULL && b == mtp__region_of((uintptr_t)sb) && b != a && b->h.claim == &b);
   sb->kind = MTP_PAGE_SLAB;
-  mtpi_page_t *sa2 = mtp__region_alloc_span(&rs, 1, &a, true); /* from its own region again */
+  mtpi_page_t *sa2 = mtp__region_alloc_span(&rs, 1, &a, true, true); /* from its own region again */
   CHECK(sa2 != NULL && mtp__region_of((uintptr_t)sa2) == a);
   sa2->kind = MTP_PAGE_SLAB;
   /* a resident page of a's region goes to a third heap, which claims nothing for it */
   mtp__region_free_span(&rs, sa2, 0);
-  mtpi_page_t *sc = mtp__region_alloc_span(&rs, 1, &c, true);
+  mtpi_page_t *sc = mtp__region_alloc_span(&rs, 1, &c, true, true);
   CHECK(sc == sa2 && c == NULL && a->h.claim == &a);
   sc->kind = MTP_PAGE_SLAB;
   /* its next fresh page: not in a's or b's region, but a region it claims */
-  mtpi_page_t *sc2 = mtp__region_alloc_span(&rs, 1, &c, true);
+  mtpi_page_t *sc2 = mtp__region_alloc_span(&rs, 1, &c, true, true);
   CHECK(sc2 != NULL && c != NULL && c != a && c != b && c->h.claim == &c);
   sc2->kind = MTP_PAGE_SLAB;
   /* without a hint (checked mode): any free page */
-  mtpi_page_t *sn = mtp__region_alloc_span(&rs, 1, NULL, false);
+  mtpi_page_t *sn = mtp__region_alloc_span(&rs, 1, NULL, false, false);
   CHECK(sn != NULL && rs.mapped_bytes == 3 * MTP_REGION_SIZE);
   sn->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs);
@@ -110,7 +110,7 @@ static void test_claims(void) {
 static void test_first_spans_share(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *f = NULL;
-  mtpi_page_t *sf = mtp__region_alloc_span(&rs, 1, &f, false);
+  mtpi_page_t *sf = mtp__region_alloc_span(&rs, 1, &f, false, false);
   CHECK(sf != NULL && f == mtp__region_of((uintptr_t)sf) && f->h.claim == &f && rs.claimed == 1);
   sf->kind = MTP_PAGE_SLAB;
   mtp__region_free_span(&rs, sf, 0);
@@ -122,17 +122,17 @@ static void test_first_spans_share(void) {
   mtpi_region_t *h[8] = {0};
   mtpi_page_t *s[8];
   for (unsigned i = 0; i < 8; i++) {
-    s[i] = mtp__region_alloc_span(&rs, 1, &h[i], false);
+    s[i] = mtp__region_alloc_span(&rs, 1, &h[i], false, false);
     CHECK(s[i] != NULL && h[i] == NULL);
     s[i]->kind = MTP_PAGE_SLAB;
   }
   CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE); /* one region for the eight */
   mtpi_region_t *g = NULL;
-  mtpi_page_t *sg = mtp__region_alloc_span(&rs, 1, &g, true);
+  mtpi_page_t *sg = mtp__region_alloc_span(&rs, 1, &g, true, true);
   CHECK(sg != NULL && g == mtp__region_of((uintptr_t)sg) && g->h.claim == &g);
   sg->kind = MTP_PAGE_SLAB;
   mtpi_region_t *x = NULL;
-  mtpi_page_t *sx = mtp__region_alloc_span(&rs, 1, &x, false);
+  mtpi_page_t *sx = mtp__region_alloc_span(&rs, 1, &x, false, false);
   CHECK(sx != NULL && x == NULL && mtp__region_of((uintptr_t)sx) != g);
   CHECK(mtp__region_of((uintptr_t)sx)->h.claim == NULL);
   sx->kind = MTP_PAGE_SLAB;
@@ -146,10 +146,41 @@ static void test_first_spans_share(void) {
   CHECK(rs.regions == NULL);
 }
 
+/* A streak of growing spans from never-touched pages asks for a fault-in ahead (the span and a
+ * window after it), but only when the caller says its blocks cover every OS page (populate). */
+static void test_populate_ahead(void) {
+  for (int populate = 0; populate <= 1; populate++) {
+    mtpi_rset_t rs = {0};
+    mtpi_region_t *r = NULL;
+    mtpi_page_t *s[8];
+    size_t asked = 0;
+    for (unsigned i = 0; i < 8; i++) {
+      s[i] = mtp__region_alloc_span(&rs, 1, &r, true, populate != 0);
+      CHECK(s[i] != NULL);
+      s[i]->kind = MTP_PAGE_SLAB;
+      void *at;
+      size_t len;
+      (void)mtp__region_take_populate(&rs, &at, &len);
+      if (len) CHECK(at == mtp__page_start(s[i]) && len >= MTP_PAGE_SIZE);
+      asked += len;
+    }
+    if (populate)
+      CHECK(asked >= MTP_PAGE_SIZE); /* the streak reached: faulted in ahead */
+    else
+      CHECK_EQ_SZ(asked, 0);
+    mtp__region_validate(&rs);
+    for (unsigned i = 0; i < 8; i++) mtp__region_free_span(&rs, s[i], 0);
+    mtp__region_unclaim(&r);
+    mtp__region_purge(&rs, 0, -1, true);
+    CHECK(rs.regions == NULL);
+  }
+}
+
 int main(void) {
   RUN(test_spans_and_page_map);
   RUN(test_fill_a_region);
   RUN(test_claims);
   RUN(test_first_spans_share);
+  RUN(test_populate_ahead);
   DONE();
 }

@@ -8,7 +8,7 @@
 static mtpi_rset_t rs;
 
 static mtpi_page_t *fresh(unsigned cls) {
-  mtpi_page_t *s = mtp__region_alloc_span(&rs, mtp__class_pages[cls], NULL, false);
+  mtpi_page_t *s = mtp__region_alloc_span(&rs, mtp__class_pages[cls], NULL, false, false);
   CHECK(s != NULL);
   mtp__slab_format(s, cls, false);
   mtp__store_relaxed(&s->owner, 1);

@@ -278,7 +278,7 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
 }
 
 mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false);
+  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false, false);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
@@ -324,8 +324,13 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
   uint64_t bit = (uint64_t)1 << (cls % 64);
   bool grow = (m->classes_got[cls / 64] & bit) != 0 && !m->shared;
   m->classes_got[cls / 64] |= bit;
+  /* Fault-in ahead only where every OS page will hold a block's start: the middle pages of a
+   * bigger block may never be touched. gp_bench cache --sizes 32768:32768 (the ends of 20,000
+   * blocks written) held 627 MiB and ran 0.49 s when all classes faulted ahead, 160 MiB and
+   * 0.37 s since (glibc 80 MiB, 0.25 s; tcmalloc 166 MiB). */
+  bool populate = mtp__class_size[cls] <= mtp__os_page_size();
   s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], m->shared ? NULL : &m->region_hint,
-                             grow);
+                             grow, populate);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
     mtp__slab_set_heap(s, heap);

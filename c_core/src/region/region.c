@@ -196,7 +196,7 @@ static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
 
 /* A heap that keeps taking never-touched pages for classes it has filled before is growing: fault
  * the span, and as the streak lengthens the free clean pages after it, in with one call rather
- * than one fault per 4 KiB. A span for a class's first slab is no such sign (a program touches
+ * than one fault per 4 KiB, if the caller's blocks cover every OS page (populate). A span for a class's first slab is no such sign (a program touches
  * dozens of classes once as it starts; carving faults in only what it uses): it neither counts
  * nor populates. The window grows with the streak, one span more per span taken, up to 256 KiB;
  * pages past the span become free-and-dirty, so the next spans come from them, and the purge
@@ -204,12 +204,12 @@ static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
 #define POPULATE_STREAK 4
 #define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB at most */
 static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages,
-                           bool clean, bool grow) {
+                           bool clean, bool grow, bool populate) {
   if (!clean) {
     rs->fresh_streak = 0;
     return;
   }
-  if (!grow || ++rs->fresh_streak < POPULATE_STREAK) return;
+  if (!grow || ++rs->fresh_streak < POPULATE_STREAK || !populate) return;
   unsigned window = pages * (rs->fresh_streak - POPULATE_STREAK + 1);
   if (window > POPULATE_PAGES) window = POPULATE_PAGES;
   if (window < pages) window = pages;
@@ -249,7 +249,7 @@ void mtp__region_unclaim(mtpi_region_t **hint) {
 }
 
 mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
-                                    bool grow) {
+                                    bool grow, bool populate) {
   MTP_ASSERT(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
   int at = -1;
@@ -300,7 +300,7 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
     found->h.free_mask[i / 64] &= ~bit;
     found->h.dirty_mask[i / 64] &= ~bit;
   }
-  populate_ahead(rs, found, (unsigned)at, pages, clean, grow);
+  populate_ahead(rs, found, (unsigned)at, pages, clean, grow, populate);
   found->h.free_pages -= pages;
   if (found->h.free_pages == 0) { /* full: to the back */
     rlist_remove(rs, found);

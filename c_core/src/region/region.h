@@ -58,10 +58,12 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed; so threads that
  * grow at once fault pages in different regions. grow: the caller has filled a span of this kind
  * before (a class's second slab or later): only such spans taken from never-touched pages in a
- * row have the span and a window after it faulted in at once (see mtp__region_take_populate). */
+ * row have the span and a window after it faulted in at once (see mtp__region_take_populate),
+ * and only if populate: the caller will touch every OS page of such spans (false: blocks larger
+ * than an OS page, whose middle pages a program may never touch). */
 #define MTP_REGION_FREE_CLAIMS 16
 mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
-                                    bool grow);
+                                    bool grow, bool populate);
 /* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
 void mtp__region_unclaim(mtpi_region_t **hint);
 /* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
