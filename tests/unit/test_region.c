@@ -164,10 +164,21 @@ static void test_populate_ahead(void) {
       if (len) CHECK(at == mtp__page_start(s[i]) && len >= MTP_PAGE_SIZE);
       asked += len;
     }
-    if (populate)
+    if (populate) {
       CHECK(asked >= MTP_PAGE_SIZE); /* the streak reached: faulted in ahead */
-    else
+    } else {
       CHECK_EQ_SZ(asked, 0);
+      /* nor did those spans count towards the streak: the next one that may populate is the
+       * first of a streak, so it asks for nothing */
+      mtpi_page_t *t = mtp__region_alloc_span(&rs, 1, &r, true, true);
+      CHECK(t != NULL);
+      t->kind = MTP_PAGE_SLAB;
+      void *at;
+      size_t len;
+      (void)mtp__region_take_populate(&rs, &at, &len);
+      CHECK_EQ_SZ(len, 0);
+      mtp__region_free_span(&rs, t, 0);
+    }
     mtp__region_validate(&rs);
     for (unsigned i = 0; i < 8; i++) mtp__region_free_span(&rs, s[i], 0);
     mtp__region_unclaim(&r);

@@ -196,11 +196,13 @@ static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
 
 /* A heap that keeps taking never-touched pages for classes it has filled before is growing: fault
  * the span, and as the streak lengthens the free clean pages after it, in with one call rather
- * than one fault per 4 KiB, if the caller's blocks cover every OS page (populate). A span for a class's first slab is no such sign (a program touches
+ * than one fault per 4 KiB. A span for a class's first slab is no such sign (a program touches
  * dozens of classes once as it starts; carving faults in only what it uses): it neither counts
- * nor populates. The window grows with the streak, one span more per span taken, up to 256 KiB;
- * pages past the span become free-and-dirty, so the next spans come from them, and the purge
- * returns them after the delay should the growth stop. */
+ * nor populates; nor does one whose blocks may leave OS pages untouched (populate false; counted,
+ * such spans lengthened the next small class's window: GNU make's peak RSS grew 0.23 MiB). The
+ * window grows with the streak, one span more per span taken, up to 256 KiB; pages past the span
+ * become free-and-dirty, so the next spans come from them, and the purge returns them after the
+ * delay should the growth stop. */
 #define POPULATE_STREAK 4
 #define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB at most */
 static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages,
@@ -209,7 +211,7 @@ static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsig
     rs->fresh_streak = 0;
     return;
   }
-  if (!grow || ++rs->fresh_streak < POPULATE_STREAK || !populate) return;
+  if (!grow || !populate || ++rs->fresh_streak < POPULATE_STREAK) return;
   unsigned window = pages * (rs->fresh_streak - POPULATE_STREAK + 1);
   if (window > POPULATE_PAGES) window = POPULATE_PAGES;
   if (window < pages) window = pages;
