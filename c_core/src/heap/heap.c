@@ -149,17 +149,20 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
 /* The thread freed into a slab of class cls that slab_to_full let go: its blocks are not another
  * thread's to free, and each such slab costs a detach and a take-back (two atomic exchanges and
  * a slow path on each side). So keep twice as many exhausted slabs of the class owned, up to
- * FULL_KEEP_BYTES of them (255 slabs at most). A thread holding 20,000 blocks of 4,000 bytes
- * freed in random order spent a third of its time detaching and taking back (gp_bench cache
- * --sizes 4000:4000: 0.196 s, 0.140 with this; 1000:1000: 0.155, 0.109). The price: an exhausted
- * slab stays owned, so if other threads free all of its blocks while this thread no longer
- * allocates from the class, it goes back to the pool only at thread exit or flush. The bound
- * never shrinks while the thread's heap lives; it grows only on this evidence, so a producer
- * whose blocks other threads free keeps MTP_FULL_PER_CLASS. */
+ * FULL_KEEP_BYTES of them (255 slabs at most). A thread holding 256 blocks of 4,000 bytes freed
+ * in random order spent a third of its samples detaching and taking back (perf); gp_bench cache
+ * --sizes 4000:4000 (20,000 blocks): 0.196 s, 0.140 with this and the queues; 1000:1000: 0.155,
+ * 0.109. The price: an exhausted slab stays owned, so if other threads free all of its blocks
+ * while this thread no longer allocates from the class, it goes back to the pool only at thread
+ * exit or flush. The bound never shrinks while the thread's heap lives; it grows only on this
+ * evidence, so a producer whose blocks other threads free keeps MTP_FULL_PER_CLASS. */
 #define FULL_KEEP_BYTES ((size_t)16 << 20)
-static void full_keep_more(mtpi_heap_t *h, unsigned cls) {
+static size_t full_keep_cap(unsigned cls) {
   size_t cap = FULL_KEEP_BYTES / ((size_t)mtp__class_pages[cls] << MTP_PAGE_SHIFT);
-  if (cap > UINT8_MAX) cap = UINT8_MAX;
+  return cap > UINT8_MAX ? UINT8_MAX : cap;
+}
+static void full_keep_more(mtpi_heap_t *h, unsigned cls) {
+  size_t cap = full_keep_cap(cls);
   size_t want = (size_t)h->full_limit[cls] * 2;
   if (want > cap) want = cap;
   if (want > h->full_limit[cls]) h->full_limit[cls] = (uint8_t)want;
@@ -656,8 +659,6 @@ void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
     MTP_ASSERT(h->full[c] == NULL || h->full[c]->prev == last); /* the queue's back */
     MTP_ASSERT(n == h->full_count[c] && n <= (h->m.shared ? 0u : h->full_limit[c]));
     MTP_ASSERT(h->m.shared || h->full_limit[c] >= MTP_FULL_PER_CLASS);
-    MTP_ASSERT(h->full_limit[c] <= MTP_FULL_PER_CLASS ||
-               (size_t)h->full_limit[c] << MTP_PAGE_SHIFT <=
-                   FULL_KEEP_BYTES / mtp__class_pages[c]); /* full_keep_more's cap */
+    MTP_ASSERT(h->full_limit[c] <= MTP_FULL_PER_CLASS || h->full_limit[c] <= full_keep_cap(c));
   }
 }
