@@ -7,8 +7,9 @@
  * Cold classes: a heap that joins a pool after another takes its first blocks of a class from the
  * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
  * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
- * back. The partial list is a queue (the slab freed into first is used first), and a thread
- * that frees into a slab it let go keeps more exhausted slabs of that class. */
+ * back. The partial list is a queue (the slab freed into first is used first), a thread that
+ * frees into a slab it let go keeps more exhausted slabs of that class, and a free into an
+ * exhausted slab while the current one is exhausted too makes that slab current. */
 #include "heap/heap.h"
 #include "testhelper.h"
 
@@ -332,6 +333,40 @@ static void test_partial_queue(void) {
   drop(pool, b, n);
 }
 
+/* A free into an exhausted slab while the current slab of its class is exhausted too makes that
+ * slab current: the next allocation takes the block just freed, not the partial queue's front.
+ * With room in the current slab, the slab joins the partial queue as before. */
+static void test_freed_into_current(void) {
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  uint32_t n = cap * 3; /* S0, S1 exhausted and kept; S2 current, one block short */
+  void **b;
+  mtpi_pool_t *pool = fill(1024, n - 1, &b);
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  b = realloc(b, n * sizeof(void *));
+  CHECK(b != NULL);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s1 = mtp__slab_of((uintptr_t)b[cap]);
+  mtpi_page_t *s2 = mtp__slab_of((uintptr_t)b[cap * 2]);
+  CHECK(h->current[cls] == s2);
+  void *p1 = b[cap];
+  mtp_free(p1); /* S2 has room: S1 joins the partial queue */
+  b[cap] = NULL;
+  CHECK(h->current[cls] == s2 && s1->list == MTP_LIST_HEAP_PARTIAL);
+  CHECK((b[n - 1] = mtp_pool_alloc(pub, 1024)) != NULL); /* S2's last block: exhausted, current */
+  CHECK(mtp__slab_of((uintptr_t)b[n - 1]) == s2 && h->current[cls] == s2);
+  void *p0 = b[0];
+  mtp_free(p0); /* S0 becomes current; S2 joins the full list */
+  CHECK(h->current[cls] == s0);
+  CHECK(s2->list == MTP_LIST_HEAP_FULL && s1->list == MTP_LIST_HEAP_PARTIAL);
+  mtp__heap_validate(h);
+  CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == p0); /* the block just freed */
+  CHECK((b[cap] = mtp_pool_alloc(pub, 1024)) == p1); /* S0 exhausted: then the partial front */
+  CHECK(h->current[cls] == s1);
+  mtp__heap_validate(h);
+  drop(pool, b, n);
+}
+
 /* A thread that frees into a slab it let go (detached when more than MTP_FULL_PER_CLASS were
  * exhausted) keeps twice as many exhausted slabs of that class owned from then on. */
 static void test_full_limit_grows(void) {
@@ -373,5 +408,6 @@ int main(void) {
   RUN(test_cold_classes);
   RUN(test_partial_queue);
   RUN(test_full_limit_grows);
+  RUN(test_freed_into_current);
   DONE();
 }
