@@ -9,7 +9,8 @@
  * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
  * back. The partial list is a queue (the slab freed into first is used first), a thread that
  * frees into a slab it let go keeps more exhausted slabs of that class, and a free into an
- * exhausted slab while the current one is exhausted too makes that slab current. */
+ * exhausted slab while the current one is exhausted too makes that slab current (the one it
+ * replaces keeps its remote frees for the slow path). */
 #include "heap/heap.h"
 #include "testhelper.h"
 
@@ -367,6 +368,46 @@ static void test_freed_into_current(void) {
   drop(pool, b, n);
 }
 
+typedef struct {
+  void **b;
+  uint32_t from, to;
+} free_range_t;
+static void *free_range(void *arg) { /* remote frees: this thread owns none of the slabs */
+  free_range_t *r = arg;
+  for (uint32_t i = r->from; i < r->to; i++) mtp_free(r->b[i]);
+  return NULL;
+}
+
+/* The exhausted current slab that a free into another exhausted slab sends to the full list
+ * keeps the remote frees that came to it: the slow path finds it there and collects them. */
+static void test_freed_into_current_remote(void) {
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  uint32_t n = cap * 3; /* S0, S1 exhausted and kept; S2 current and exhausted */
+  void **b;
+  mtpi_pool_t *pool = fill(1024, n, &b);
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s2 = mtp__slab_of((uintptr_t)b[cap * 2]);
+  CHECK(h->current[cls] == s2);
+  free_range_t r = {b, cap * 2, cap * 2 + cap / 2}; /* half of S2, from another thread */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_range, &r) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  void *p0 = b[0];
+  mtp_free(p0);
+  CHECK(h->current[cls] == s0 && s2->list == MTP_LIST_HEAP_FULL);
+  mtp__heap_validate(h);
+  CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == p0);
+  for (uint32_t i = r.from; i < r.to; i++) { /* S0 exhausted again: then S2's remote frees */
+    CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
+    CHECK(mtp__slab_of((uintptr_t)b[i]) == s2);
+  }
+  CHECK(h->current[cls] == s2);
+  mtp__heap_validate(h);
+  drop(pool, b, n);
+}
+
 /* A thread that frees into a slab it let go (detached when more than MTP_FULL_PER_CLASS were
  * exhausted) keeps twice as many exhausted slabs of that class owned from then on. */
 static void test_full_limit_grows(void) {
@@ -409,5 +450,6 @@ int main(void) {
   RUN(test_partial_queue);
   RUN(test_full_limit_grows);
   RUN(test_freed_into_current);
+  RUN(test_freed_into_current_remote);
   DONE();
 }
