@@ -182,7 +182,8 @@ static void room_again(mtpi_heap_t *h, mtpi_page_t *s) {
   if (cur != &mtp__slab_empty) {
     /* Not asked: whether cur has remote frees worth taking (a load of a line other threads
      * write: 3-8% of the 1-2 KiB cache's time). On the full list's back, heap_take still finds
-     * cur among the FULL_SCAN oldest while the thread keeps few exhausted slabs (a producer's 2). */
+     * cur among the FULL_SCAN oldest once the partial queue is empty, while the thread keeps few
+     * exhausted slabs (a producer's 2). */
     if (cur->free != NULL || mtp__slab_bump_owner(cur) < cur->end) {
       partial_push(h, s);
       return;
@@ -383,6 +384,14 @@ static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
 
 MTP_NOINLINE void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b) { free_local(s, b); }
 
+/* Free b into s, one of this thread's exhausted slabs (owner marked FULL): off the full list. */
+static void free_into_full(mtpi_page_t *s, mtpi_block_t *b) {
+  mtpi_heap_t *h = mtp__slab_heap(s);
+  full_remove(h, s);
+  room_again(h, s);
+  free_local(s, b);
+}
+
 /* The remote free's fast case: d, b's own page descriptor, is the first page of a slab that
  * another thread owns (the owner word holds a token with no mark). Only an owned, unchecked slab's
  * first descriptor holds a token: TAIL and FREE descriptors, detached and checked slabs hold 0
@@ -420,10 +429,7 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
    * block in a later page of the slab comes here too (before, it took the full slow path). */
   if (mtp__load_relaxed(&s->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
       (char *)b < mtp__slab_bump_owner(s) && off % s->block_size == 0) {
-    mtpi_heap_t *h = mtp__slab_heap(s);
-    full_remove(h, s);
-    room_again(h, s);
-    free_local(s, b);
+    free_into_full(s, b);
     return;
   }
   mtp__heap_free_slow(s, b);
@@ -471,10 +477,7 @@ static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
     return;
   }
   if (owner == ((uintptr_t)me | MTP_OWNER_FULL)) { /* one of our exhausted slabs has room again */
-    mtpi_heap_t *h = mtp__slab_heap(s);
-    full_remove(h, s);
-    room_again(h, s);
-    free_local(s, b);
+    free_into_full(s, b);
     return;
   }
   if (owner == ((uintptr_t)me | MTP_OWNER_CACHED)) {
