@@ -8,7 +8,7 @@
  * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
  * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
  * back. The partial list is a queue (the slab freed into first is used first), a thread that
- * frees into a slab it let go keeps more exhausted slabs of that class, and a free into an
+ * frees into a slab it let go keeps more exhausted slabs of that class (up to a cap that holds), and a free into an
  * exhausted slab while the current one is exhausted too makes that slab current (the one it
  * replaces keeps its remote frees for the slow path). */
 #include "heap/heap.h"
@@ -442,6 +442,28 @@ static void test_full_limit_grows(void) {
   drop(pool, b, n);
 }
 
+/* The bound grows to its cap and holds there. Its count is 8 bits: with a cap of 255 it wrapped
+ * to 0 at the 256th exhausted slab, and from then on none was let go. */
+static void test_full_limit_cap(void) {
+  unsigned cls = mtp__class_of(1000);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / mtp__class_size[cls]);
+  uint32_t n = cap * 300; /* more exhausted slabs than any bound */
+  void **b;
+  mtpi_pool_t *pool = fill(1000, n, &b);
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  CHECK(mtp__class_pages[cls] == 1); /* the class whose cap is the count's limit */
+  for (uint32_t i = 0; i < n; i++) mtp_free(b[i]); /* takes back every slab it let go */
+  CHECK(h->full_limit[cls] > 128); /* doubled up to the cap */
+  for (uint32_t i = 0; i < n; i++) CHECK((b[i] = mtp_pool_alloc(pub, 1000)) != NULL);
+  uint32_t listed = 0;
+  for (mtpi_node_t *it = h->full[cls]; it; it = it->next) listed++;
+  CHECK_EQ_SZ(listed, h->full_count[cls]);
+  CHECK_EQ_SZ(h->full_count[cls], h->full_limit[cls]); /* the rest were let go */
+  mtp__heap_validate(h);
+  drop(pool, b, n);
+}
+
 int main(void) {
   RUN(test_lists);
   RUN(test_cache_keeps_format);
@@ -449,6 +471,7 @@ int main(void) {
   RUN(test_cold_classes);
   RUN(test_partial_queue);
   RUN(test_full_limit_grows);
+  RUN(test_full_limit_cap);
   RUN(test_freed_into_current);
   RUN(test_freed_into_current_remote);
   DONE();

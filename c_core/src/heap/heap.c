@@ -149,7 +149,7 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
 /* The thread freed into a slab of class cls that slab_to_full let go: its blocks are not another
  * thread's to free, and each such slab costs a detach and a take-back (two atomic exchanges and
  * a slow path on each side). So keep twice as many exhausted slabs of the class owned, up to
- * FULL_KEEP_BYTES of them (255 slabs at most). A thread holding 256 blocks of 4,000 bytes freed
+ * FULL_KEEP_BYTES of them (254 slabs at most). A thread holding 256 blocks of 4,000 bytes freed
  * in random order spent a third of its samples detaching and taking back (perf); gp_bench cache
  * --sizes 4000:4000 (20,000 blocks): 0.196 s, 0.140 with this and the queues; 1000:1000: 0.155,
  * 0.109. The price: an exhausted slab stays owned, so if other threads free all of its blocks
@@ -157,9 +157,13 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
  * exit or flush. The bound never shrinks while the thread's heap lives; it grows only on this
  * evidence, so a producer whose blocks other threads free keeps MTP_FULL_PER_CLASS. */
 #define FULL_KEEP_BYTES ((size_t)16 << 20)
+/* At most 254: full_count is 8 bits and slab_to_full counts one past the bound before it lets the
+ * oldest go. (The cap was 255: the count wrapped to 0 there, so no exhausted slab of a 1-page
+ * class was let go any more, whatever their number: 20,000 blocks of 1,000 bytes allocated, freed
+ * and allocated again by one thread did it; the debug build's heap validator caught it.) */
 static size_t full_keep_cap(unsigned cls) {
   size_t cap = FULL_KEEP_BYTES / ((size_t)mtp__class_pages[cls] << MTP_PAGE_SHIFT);
-  return cap > UINT8_MAX ? UINT8_MAX : cap;
+  return cap > UINT8_MAX - 1 ? UINT8_MAX - 1 : cap;
 }
 static void full_keep_more(mtpi_heap_t *h, unsigned cls) {
   size_t cap = full_keep_cap(cls);
@@ -252,7 +256,7 @@ static mtpi_block_t *heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, 
     s = page_of(h->partial[cls]);
     if (s == NULL) { /* a full slab that other threads freed a good share of */
       /* the oldest first (they had the longest for frees to come back), FULL_SCAN at most: the
-       * list may hold up to 255 (full_keep_more), each a descriptor to read */
+       * list may hold up to 254 (full_keep_more), each a descriptor to read */
       s = page_of(h->full[cls]);
       for (unsigned k = 1; s != NULL && !worth_collecting(s); k++)
         s = k < FULL_SCAN ? page_of(s->link.next) : NULL;
