@@ -10,7 +10,7 @@
  * back. The partial list is a queue (the slab freed into first is used first), a thread that
  * frees into a slab it let go keeps more exhausted slabs of that class (up to a cap that holds), and a free into an
  * exhausted slab while the current one is exhausted too makes that slab current (the one it
- * replaces keeps its remote frees for the slow path). */
+ * replaces takes its place on the full list and keeps its remote frees for the slow path). */
 #include "heap/heap.h"
 #include "testhelper.h"
 
@@ -360,6 +360,8 @@ static void test_freed_into_current(void) {
   mtp_free(p0); /* S0 becomes current; S2 joins the full list */
   CHECK(h->current[cls] == s0);
   CHECK(s2->list == MTP_LIST_HEAP_FULL && s1->list == MTP_LIST_HEAP_PARTIAL);
+  /* S2 took S0's place, alone on the list: the queue's head names itself as the last */
+  CHECK(h->full[cls] == &s2->link && s2->link.prev == &s2->link && s2->link.next == NULL);
   mtp__heap_validate(h);
   CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == p0); /* the block just freed */
   CHECK((b[cap] = mtp_pool_alloc(pub, 1024)) == p1); /* S0 exhausted: then the partial front */
@@ -405,6 +407,51 @@ static void test_freed_into_current_remote(void) {
   }
   CHECK(h->current[cls] == s2);
   mtp__heap_validate(h);
+  drop(pool, b, n);
+}
+
+/* h's full list of class cls is exactly a, b, c, in that order, and a well-formed queue. */
+static bool full_is(mtpi_heap_t *h, unsigned cls, mtpi_page_t *a, mtpi_page_t *b, mtpi_page_t *c) {
+  mtpi_node_t *n = h->full[cls];
+  return n == &a->link && n->next == &b->link && b->link.next == &c->link && c->link.next == NULL &&
+         n->prev == &c->link && c->link.prev == &b->link && b->link.prev == &a->link &&
+         h->full_count[cls] == 3;
+}
+
+/* A free into an exhausted slab while the current one is exhausted too: the two trade places, the
+ * current slab taking the other's place on the full list, in the middle, at the back and at the
+ * front, and each is marked for what it is now (the owner word's FULL mark). */
+static void test_full_trade(void) {
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  uint32_t n = cap * 4;
+  void **b;
+  mtpi_pool_t *pool = fill(1024, cap * 2, &b); /* S0 exhausted and kept, S1 current, exhausted */
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  uintptr_t me = (uintptr_t)mtp__tl_thread;
+  h->full_limit[cls] = 3; /* S0, S1, S2 kept */
+  b = realloc(b, n * sizeof(void *));
+  CHECK(b != NULL);
+  for (uint32_t i = cap * 2; i < n; i++) CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
+  mtpi_page_t *s[4];
+  for (unsigned k = 0; k < 4; k++) s[k] = mtp__slab_of((uintptr_t)b[cap * k]);
+  CHECK(h->current[cls] == s[3] && full_is(h, cls, s[0], s[1], s[2]));
+  static const unsigned into[3] = {1, 2, 0}; /* the middle, then the back, then the front */
+  static const unsigned after[3][3] = {{0, 3, 2}, {0, 3, 1}, {2, 3, 1}};
+  for (unsigned k = 0; k < 3; k++) {
+    mtpi_page_t *cur = h->current[cls];
+    void *p = b[cap * into[k]];
+    mtp_free(p);
+    CHECK(h->current[cls] == s[into[k]]);
+    CHECK(full_is(h, cls, s[after[k][0]], s[after[k][1]], s[after[k][2]]));
+    CHECK(cur->list == MTP_LIST_HEAP_FULL && !(cur->used & MTP_USED_CURRENT));
+    CHECK_EQ_SZ(mtp__load_relaxed(&cur->owner), me | MTP_OWNER_FULL);
+    CHECK_EQ_SZ(mtp__load_relaxed(&s[into[k]]->owner), me);
+    CHECK(s[into[k]]->list == MTP_LIST_NONE && (s[into[k]]->used & MTP_USED_CURRENT));
+    mtp__heap_validate(h);
+    CHECK((b[cap * into[k]] = mtp_pool_alloc(pub, 1024)) == p); /* exhausted again */
+  }
   drop(pool, b, n);
 }
 
@@ -474,5 +521,6 @@ int main(void) {
   RUN(test_full_limit_cap);
   RUN(test_freed_into_current);
   RUN(test_freed_into_current_remote);
+  RUN(test_full_trade);
   DONE();
 }

@@ -84,4 +84,23 @@ static inline void mtp__queue_remove(mtpi_node_t **head, mtpi_node_t *n) {
   n->next = n->prev = NULL;
 }
 
+/* n, on no list, takes old's place in the queue and old leaves it: no walk, the length and the
+ * order of the others unchanged. */
+static inline void mtp__queue_replace(mtpi_node_t **head, mtpi_node_t *old, mtpi_node_t *n) {
+  mtpi_node_t *first = *head;
+  n->next = old->next;
+  if (old == first) {
+    *head = n;
+    n->prev = old->prev == old ? n : old->prev; /* the head names the last: n itself if alone */
+  } else {
+    old->prev->next = n;
+    n->prev = old->prev;
+  }
+  if (old->next)
+    old->next->prev = n;
+  else if (old != first)
+    first->prev = n; /* old was the last */
+  old->next = old->prev = NULL;
+}
+
 #endif
