@@ -511,6 +511,174 @@ static void test_full_limit_cap(void) {
   drop(pool, b, n);
 }
 
+/* ---- the stand-in ---- */
+
+static int double_frees;
+static void on_error(int err, const char *message, void *ptr, void *arg) {
+  (void)message, (void)ptr, (void)arg;
+  CHECK_EQ_SZ(err, MTP_ERR_DOUBLE_FREE);
+  double_frees++;
+}
+
+typedef struct {
+  void **b;
+  uint32_t n, seen, bad;
+} visit_check_t;
+static int visit_count(void *arg, void *block, size_t usable, unsigned cls) {
+  (void)usable, (void)cls;
+  visit_check_t *v = arg;
+  v->seen++;
+  bool live = false;
+  for (uint32_t i = 0; i < v->n && !live; i++) live = v->b[i] == block;
+  v->bad += !live;
+  return 0;
+}
+
+/* The statistics and the heap walk count exactly the blocks in b that are not NULL. */
+static void check_live(mtpi_pool_t *pool, void **b, uint32_t n) {
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < n; i++) live += b[i] != NULL;
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(mtp__pool_out(pool), &st) == 0);
+  CHECK_EQ_SZ(st.blocks_in_use, live);
+  size_t by_class = 0;
+  for (unsigned c = 0; c < st.num_classes; c++) by_class += st.classes[c].blocks_in_use;
+  CHECK_EQ_SZ(by_class, live);
+  visit_check_t v = {b, n, 0, 0};
+  CHECK(mtp_pool_visit(mtp__pool_out(pool), visit_count, &v) == 0);
+  CHECK_EQ_SZ(v.seen, live);
+  CHECK_EQ_SZ(v.bad, 0);
+}
+
+/* Slabs of size's class, all exhausted and kept (the bound raised for the test), b[n] their
+ * blocks: the state of a thread that holds most blocks of a class. */
+static mtpi_pool_t *fill_kept(size_t size, uint32_t slabs, void ***out, uint32_t *n) {
+  unsigned cls = mtp__class_of(size);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / mtp__class_size[cls]);
+  *n = cap * slabs;
+  mtpi_pool_t *pool = fill(size, 1, out);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  h->full_limit[cls] = (uint8_t)slabs;
+  void **b = realloc(*out, *n * sizeof(void *));
+  CHECK(b != NULL);
+  for (uint32_t i = 1; i < *n; i++) CHECK((b[i] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
+  *out = b;
+  return pool;
+}
+
+/* Replace blocks of b (not those of the current slab) rounds times: free one, allocate one. */
+static uint32_t replace(mtpi_pool_t *pool, void **b, uint32_t n, size_t size, uint32_t rounds,
+                        uint32_t *seed) {
+  uint32_t same = 0;
+  for (uint32_t r = 0; r < rounds; r++) {
+    *seed = *seed * 1103515245u + 12345u;
+    uint32_t k = (*seed >> 8) % n;
+    mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+    if (mtp__slab_of((uintptr_t)b[k]) == h->current[mtp__class_of(size)]) continue;
+    void *p = b[k];
+    mtp_free(p);
+    CHECK((b[k] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
+    same += b[k] == p;
+  }
+  return same;
+}
+
+/* A thread that replaces blocks of one class at random frees into its exhausted slabs while its
+ * current slab is exhausted: after a run of such frees the stand-in serves the class, and the
+ * next allocation takes the block just freed. Listed blocks are free to the statistics and the
+ * heap walk, bounded, a second free of one is reported, and thread flush gives them back. */
+static void test_stand_in(void) {
+  const size_t size = 2048;
+  unsigned cls = mtp__class_of(size);
+  void **b;
+  uint32_t n, seed = 1;
+  mtpi_pool_t *pool = fill_kept(size, 8, &b, &n);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  CHECK(h->stand_cls == MTP_NUM_CLASSES);
+  (void)replace(pool, b, n, size, 200, &seed);
+  CHECK(h->current[cls] == &h->stand_in && h->stand_cls == cls);
+  mtp__heap_validate(h);
+  CHECK_EQ_SZ(replace(pool, b, n, size, 100, &seed), 100); /* each time the block just freed */
+  check_live(pool, b, n);
+  /* a run of frees: listed up to the bound, the rest freed into their slabs */
+  uint32_t freed[64], nf = 0, listed = 0;
+  for (uint32_t k = 0; nf < 64 && k < n; k++) {
+    if (mtp__slab_of((uintptr_t)b[k]) == mtp__slab_of((uintptr_t)b[n - 1])) continue;
+    mtp_free(b[k]);
+    freed[nf++] = k;
+  }
+  unsigned lc = MTP_NUM_CLASSES;
+  listed = mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0);
+  CHECK(lc == cls && listed == (64 << 10) / size); /* the bound: 64 KiB of blocks */
+  void *first_listed = b[freed[0]];
+  for (uint32_t i = 0; i < nf; i++) b[freed[i]] = NULL;
+  mtp__heap_validate(h);
+  check_live(pool, b, n);
+  /* a second free of a listed block is reported, and changes nothing */
+  mtpi_page_t *fs = mtp__slab_of((uintptr_t)first_listed);
+  uint8_t fs_list = fs->list;
+  uint32_t fs_used = fs->used;
+  mtp_set_error_handler(on_error, NULL);
+  mtp_free(first_listed);
+  mtp_set_error_handler(NULL, NULL);
+  CHECK_EQ_SZ(double_frees, 1);
+  CHECK(fs->list == fs_list && fs->used == fs_used);
+  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0), listed);
+  mtp__heap_validate(h);
+  check_live(pool, b, n);
+  /* the listed blocks come back first, the last freed first */
+  for (uint32_t i = 0; i < 3; i++) {
+    CHECK((b[freed[i]] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
+    CHECK(mtp__slab_of((uintptr_t)b[freed[i]]) != NULL);
+  }
+  mtp__heap_validate(h);
+  check_live(pool, b, n);
+  /* flush: every listed block goes back to its slab before the slabs go to the pool */
+  mtp_thread_flush();
+  check_live(pool, b, n);
+  drop(pool, b, n);
+}
+
+/* The stand-in serves one class at a time: a run of another class's frees moves it there, and the
+ * first class's listed blocks go back to their slabs. */
+static void test_stand_in_switch(void) {
+  void **a, **c;
+  uint32_t na, nc, seed = 7;
+  mtpi_pool_t *pool = fill_kept(2048, 6, &a, &na);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  unsigned ca = mtp__class_of(2048), cc = mtp__class_of(512);
+  h->full_limit[cc] = 40;
+  c = calloc(4096, sizeof(void *));
+  CHECK(c != NULL);
+  nc = (uint32_t)((mtp__class_pages[cc] * MTP_PAGE_SIZE) / mtp__class_size[cc]) * 30;
+  CHECK(nc <= 4096);
+  for (uint32_t i = 0; i < nc; i++) CHECK((c[i] = mtp_pool_alloc(mtp__pool_out(pool), 512)) != NULL);
+  (void)replace(pool, a, na, 2048, 200, &seed);
+  CHECK(h->stand_cls == ca);
+  uint32_t k = 0, freed = 0;
+  for (; freed < 5; k++) /* five listed */
+    if (mtp__slab_of((uintptr_t)a[k]) != mtp__slab_of((uintptr_t)a[na - 1])) {
+      mtp_free(a[k]);
+      a[k] = NULL;
+      freed++;
+    }
+  unsigned lc;
+  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0), 5);
+  (void)replace(pool, c, nc, 512, 300, &seed);
+  CHECK(h->stand_cls == cc && h->current[cc] == &h->stand_in);
+  CHECK(h->current[ca] != &h->stand_in);
+  mtp__heap_validate(h);
+  for (uint32_t i = 0; i < na; i++) /* all of a live: none of the five is handed out twice */
+    if (a[i] == NULL) CHECK((a[i] = mtp_pool_alloc(mtp__pool_out(pool), 2048)) != NULL);
+  for (uint32_t i = 0; i < na; i++)
+    for (uint32_t j = i + 1; j < na; j++) CHECK(a[i] != a[j]);
+  mtp__heap_validate(h);
+  for (uint32_t i = 0; i < nc; i++) mtp_free(c[i]);
+  free(c);
+  check_live(pool, a, na);
+  drop(pool, a, na);
+}
+
 int main(void) {
   RUN(test_lists);
   RUN(test_cache_keeps_format);
@@ -522,5 +690,7 @@ int main(void) {
   RUN(test_freed_into_current);
   RUN(test_freed_into_current_remote);
   RUN(test_full_trade);
+  RUN(test_stand_in);
+  RUN(test_stand_in_switch);
   DONE();
 }

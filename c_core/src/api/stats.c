@@ -69,6 +69,15 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
     mtpi_member_t *m = MTP_CONTAINER(it, mtpi_member_t, link);
     allocs += heap_allocs(m);
     remote += heap_remote(m);
+    /* blocks a thread freed and lists for reuse (heap.c: the stand-in): freed, though their slabs
+     * count them as used */
+    unsigned cls;
+    size_t n = mtp__heap_listed(m, &p->rs, &cls, NULL, 0);
+    mtp_class_stats_t *cs = &out->classes[n ? cls : 0];
+    if (n > cs->blocks_in_use) n = cs->blocks_in_use; /* racy figures: never below zero */
+    cs->blocks_in_use -= n;
+    out->blocks_in_use -= n;
+    out->bytes_in_use -= n * cs->block_size;
   }
   out->bytes_mapped = p->rs.mapped_bytes;
   out->bytes_reserved = p->rs.mapped_bytes - p->rs.clean_bytes;

@@ -9,7 +9,10 @@
  * racily (MTP_NO_TSAN, as statistics do): every link is bounds-checked against the slab before it
  * is followed, so the walk stays inside the slab's memory and ends; a block popped or pushed by
  * the owner during the walk may be reported either way. Empty slabs in a heap's cache are skipped
- * (their owner re-formats them without the lock). Layer: api. */
+ * (their owner re-formats them without the lock). Blocks a thread freed into its exhausted slabs
+ * and lists for reuse (heap.c: the stand-in) are freed though their slabs count them as used: they
+ * are gathered once under the lock, the same way (mtp__heap_listed checks each link), into pages
+ * mapped for the walk; should that map fail, they are reported as live. Layer: api. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/os.h"
 #include "heap/heap.h"
 
 /* a bit per block: the most blocks a slab holds is below 2^14 (size_class.c) */
@@ -35,9 +39,49 @@ MTP_NO_TSAN static void mark_list(const mtpi_page_t *s, char *start, char *bump,
   }
 }
 
+/* Blocks that threads freed and list for reuse (heap.c: the stand-in), which their slabs count
+ * as used: gathered before the walk (pool lock held), to be marked free with the slab's lists. */
+typedef struct {
+  void **at;
+  size_t n, cap;
+} listed_t;
+
+static void listed_gather(mtpi_pool_t *pool, listed_t *l) {
+  l->n = l->cap = 0;
+  l->at = NULL;
+  for (mtpi_node_t *it = pool->members; it; it = it->next) {
+    unsigned cls;
+    l->cap += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, &cls, NULL, 0);
+  }
+  if (l->cap == 0) return;
+  /* no malloc here: mtpool may be the process's malloc, and the pool lock is held */
+  l->cap = (l->cap * sizeof(void *) + mtp__os_page_size() - 1) / sizeof(void *);
+  l->at = mtp__os_map(l->cap * sizeof(void *), 0);
+  if (l->at == NULL) {
+    l->cap = 0;
+    return;
+  }
+  for (mtpi_node_t *it = pool->members; it && l->n < l->cap; it = it->next) {
+    unsigned cls;
+    l->n += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, &cls, l->at + l->n,
+                             (uint32_t)(l->cap - l->n < UINT32_MAX ? l->cap - l->n : UINT32_MAX));
+  }
+}
+
+static void listed_mark(const listed_t *l, char *start, char *bump, uint32_t bs, uint8_t *seen) {
+  for (size_t k = 0; k < l->n; k++) {
+    char *b = l->at[k];
+    if (b >= start && b < bump && (size_t)(b - start) % bs == 0) {
+      size_t i = (size_t)(b - start) / bs;
+      seen[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+  }
+}
+
 /* Pool lock held. Visit the live blocks of slab s (or the medium block s); nonzero: visit's stop
  * value. */
-MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, mtp_visit_fn visit, void *arg) {
+MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, const listed_t *listed, mtp_visit_fn visit,
+                                  void *arg) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
   /* a medium block's kind and pages change only under the pool lock; a freed one may wait in its
    * freeing thread's cache (thread_free: a snapshot while that thread runs) */
@@ -68,6 +112,7 @@ MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, mtp_visit_fn visit, void *arg)
   mark_list(s, start, bump, bs, *(mtpi_block_t *volatile *)&s->free, seen);
   /* acquire: the pushers' links are visible (as for the owner's collect) */
   mark_list(s, start, bump, bs, MTP_TF_PTR(mtp__load_acquire(&s->thread_free)), seen);
+  listed_mark(listed, start, bump, bs, seen);
   for (uint32_t i = 0; i < carved; i++)
     if (!(seen[i / 8] >> (i % 8) & 1)) {
       int rc = visit(arg, start + (size_t)i * bs, bs, s->cls);
@@ -80,12 +125,15 @@ int mtp_pool_visit(mtp_pool_t *pool_, mtp_visit_fn visit, void *arg) {
   if (visit == NULL) return EINVAL;
   mtpi_pool_t *pool = pool_ ? mtp__pool_in(pool_) : mtp__default();
   int rc = 0;
+  listed_t listed;
   mtp__pool_lock(pool);
+  listed_gather(pool, &listed);
   for (mtpi_region_t *r = mtp__region_from_node(pool->rs.regions); r && !rc;
        r = mtp__region_from_node(r->h.link.next))
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION && !rc; i++)
-      rc = visit_slab(&r->pages[i], visit, arg);
+      rc = visit_slab(&r->pages[i], &listed, visit, arg);
   mtp__pool_unlock(pool);
+  if (listed.at != NULL) mtp__os_unmap(listed.at, listed.cap * sizeof(void *));
   if (rc) return rc;
   pthread_mutex_lock(&mtp__large_lock);
   for (mtpi_node_t *it = pool->large; it && !rc; it = it->next) {

@@ -341,6 +341,15 @@ struct mtpi_heap {
   uint8_t cold[MTP_NUM_CLASSES];
   uint32_t cold_total; /* the sum of them */
   bool cold_ok;
+  /* The stand-in (heap.c): blocks this thread freed into its own exhausted slabs of one class,
+   * which the allocation fast path hands out again through current[stand_cls]. Owner only; read
+   * racily by statistics and the heap walk (mtp__heap_listed). */
+  uint8_t stand_cls;     /* the class it serves; MTP_NUM_CLASSES when none */
+  uint8_t stand_cap;     /* the most blocks it lists for that class */
+  uint8_t tight_cls;     /* the class of the last free into an exhausted slab ... */
+  uint16_t tight_run;    /* ... made while the current slab was exhausted too, and how many in a row */
+  uint32_t stand_pushed; /* blocks listed since it began serving; less stand_in.used: listed now */
+  mtpi_page_t stand_in;  /* not a slab: free (the list), used (the fast path's pops), block_size */
 };
 
 /* Per-thread record; its address is the thread's ownership token. Heaps of pools 0 ..

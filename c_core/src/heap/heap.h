@@ -45,6 +45,11 @@ void mtp__heap_retire_local(mtpi_page_t *s);
 /* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
  * against the slab's lists (a double free is reported), else pushed. */
 void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
+/* Statistics and the heap walk, pool lock held: how many blocks member m's heap lists on its
+ * stand-in (heap.c; 0 for a shared heap), and their class (*cls). With out, up to max of the
+ * blocks themselves, each checked to be a block of one of rs's slabs before its link is followed.
+ * Read racily: exact when the owner thread is quiet. */
+uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigned *cls, void **out, uint32_t max);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
 void mtp__heap_validate(mtpi_heap_t *h);
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
