@@ -8,7 +8,7 @@
  * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
  * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
  * back. The partial list is a queue (the slab freed into first is used first), a thread that
- * frees into a slab it let go keeps more exhausted slabs of that class (up to a cap that holds), and a free into an
+ * frees into a slab it let go keeps more exhausted slabs of that class (past 128, all), and a free into an
  * exhausted slab while the current one is exhausted too makes that slab current (the one it
  * replaces takes its place on the full list and keeps its remote frees for the slow path). */
 #include "heap/heap.h"
@@ -489,24 +489,30 @@ static void test_full_limit_grows(void) {
   drop(pool, b, n);
 }
 
-/* The bound grows to its cap and holds there. Its count is 8 bits: with a cap of 255 it wrapped
- * to 0 at the 256th exhausted slab, and from then on none was let go. */
-static void test_full_limit_cap(void) {
+/* The bound doubles on evidence and past 128 slabs goes: then every exhausted slab of the class
+ * stays owned (a cap of 255 had an 8-bit count that wrapped to 0 at the 256th slab). */
+static void test_full_limit_unbounded(void) {
   unsigned cls = mtp__class_of(1000);
   uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / mtp__class_size[cls]);
-  uint32_t n = cap * 300; /* more exhausted slabs than any bound */
+  uint32_t n = cap * 300; /* more exhausted slabs than an 8-bit count */
   void **b;
   mtpi_pool_t *pool = fill(1000, n, &b);
   mtp_pool_t *pub = mtp__pool_out(pool);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  CHECK(mtp__class_pages[cls] == 1); /* the class whose cap is the count's limit */
   for (uint32_t i = 0; i < n; i++) mtp_free(b[i]); /* takes back every slab it let go */
-  CHECK(h->full_limit[cls] > 128); /* doubled up to the cap */
+  CHECK_EQ_SZ(h->full_limit[cls], UINT8_MAX); /* 2, 4, ..., 128, then unbounded */
   for (uint32_t i = 0; i < n; i++) CHECK((b[i] = mtp_pool_alloc(pub, 1000)) != NULL);
-  uint32_t listed = 0;
+  uint32_t listed = 0, slabs = 0;
   for (mtpi_node_t *it = h->full[cls]; it; it = it->next) listed++;
-  CHECK_EQ_SZ(listed, h->full_count[cls]);
-  CHECK_EQ_SZ(h->full_count[cls], h->full_limit[cls]); /* the rest were let go */
+  for (uint32_t i = 0; i < n; i++) { /* each slab once (its first block), none let go */
+    mtpi_page_t *s = mtp__slab_of((uintptr_t)b[i]);
+    if ((char *)b[i] != mtp__page_start(s)) continue;
+    slabs++;
+    CHECK(mtp__load_relaxed(&s->owner) != 0);
+  }
+  CHECK(slabs >= 300);
+  CHECK_EQ_SZ(listed, slabs - 1); /* all but the current one */
+  CHECK_EQ_SZ(h->full_count[cls], 0); /* not counted (the old count had wrapped to 43 here) */
   mtp__heap_validate(h);
   drop(pool, b, n);
 }
@@ -686,7 +692,7 @@ int main(void) {
   RUN(test_cold_classes);
   RUN(test_partial_queue);
   RUN(test_full_limit_grows);
-  RUN(test_full_limit_cap);
+  RUN(test_full_limit_unbounded);
   RUN(test_freed_into_current);
   RUN(test_freed_into_current_remote);
   RUN(test_full_trade);

@@ -331,7 +331,7 @@ struct mtpi_heap {
   mtpi_page_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current: a queue */
   mtpi_node_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
-  uint8_t full_count[MTP_NUM_CLASSES];
+  uint8_t full_count[MTP_NUM_CLASSES];   /* not kept once full_limit is unbounded (heap.c) */
   uint8_t full_limit[MTP_NUM_CLASSES];   /* full_count's bound: MTP_FULL_PER_CLASS or more */
   mtpi_thread_t *thread;                 /* owner */
   mtpi_member_t m;

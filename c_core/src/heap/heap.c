@@ -122,9 +122,11 @@ static void partial_push(mtpi_heap_t *h, mtpi_page_t *s) {
 }
 static void partial_remove(mtpi_heap_t *h, mtpi_page_t *s) { hlist_remove(&h->partial[s->cls], s); }
 
+#define FULL_UNBOUNDED UINT8_MAX /* full_limit: every exhausted slab kept, none counted */
+
 static void full_remove(mtpi_heap_t *h, mtpi_page_t *s) {
   hlist_remove(&h->full[s->cls], s);
-  h->full_count[s->cls]--;
+  if (h->full_limit[s->cls] != FULL_UNBOUNDED) h->full_count[s->cls]--;
   mtp__store_relaxed(&s->owner, token(h)); /* relaxed: a hint to other threads (types.h) */
 }
 
@@ -136,6 +138,7 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
   s->used &= ~MTP_USED_CURRENT;
   mtp__store_relaxed(&s->owner, token(h) | MTP_OWNER_FULL); /* relaxed: a hint */
   hlist_push(&h->full[cls], s, MTP_LIST_HEAP_FULL);
+  if (h->full_limit[cls] == FULL_UNBOUNDED) return;
   /* The shared heap keeps none: its blocks are all freed by others, who release the slab once
    * they have freed it all (detached slabs, slab.h), rather than it waiting for its next use. */
   if (++h->full_count[cls] <= (h->m.shared ? 0u : h->full_limit[cls])) return;
@@ -150,28 +153,28 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
 
 /* The thread freed into a slab of class cls that slab_to_full let go: its blocks are not another
  * thread's to free, and each such slab costs a detach and a take-back (two atomic exchanges and
- * a slow path on each side). So keep twice as many exhausted slabs of the class owned, up to
- * FULL_KEEP_BYTES of them (254 slabs at most). A thread holding 256 blocks of 4,000 bytes freed
- * in random order spent a third of its samples detaching and taking back (perf); gp_bench cache
- * --sizes 4000:4000 (20,000 blocks): 0.196 s, 0.140 with this and the queues; 1000:1000: 0.155,
- * 0.109. The price: an exhausted slab stays owned, so if other threads free all of its blocks
- * while this thread no longer allocates from the class, it goes back to the pool only at thread
- * exit or flush. The bound never shrinks while the thread's heap lives; it grows only on this
- * evidence, so a producer whose blocks other threads free keeps MTP_FULL_PER_CLASS. */
-#define FULL_KEEP_BYTES ((size_t)16 << 20)
-/* At most 254: full_count is 8 bits and slab_to_full counts one past the bound before it lets the
- * oldest go. (The cap was 255: the count wrapped to 0 there, so no exhausted slab of a 1-page
- * class was let go any more, whatever their number: 20,000 blocks of 1,000 bytes allocated, freed
- * and allocated again by one thread did it; the debug build's heap validator caught it.) */
-static size_t full_keep_cap(unsigned cls) {
-  size_t cap = FULL_KEEP_BYTES / ((size_t)mtp__class_pages[cls] << MTP_PAGE_SHIFT);
-  return cap > UINT8_MAX - 1 ? UINT8_MAX - 1 : cap;
-}
+ * a slow path on each side). So keep twice as many exhausted slabs of the class owned, and past
+ * FULL_COUNTED_MAX every one (FULL_UNBOUNDED). A thread holding 256 blocks of 4,000 bytes freed
+ * in random order spent a third of its samples detaching and taking back (perf). The bound was
+ * meant to stop at 16 MiB of slabs (255 of one page), but its 8-bit count wrapped at 256 there,
+ * so no slab was let go past it (the debug build's validator found it); enforced at 254, gp_bench
+ * cache (20,000 blocks of one size, 5 interleaved runs) took 0.149 s against 0.119 with 2,000
+ * bytes and 0.200 against 0.138 with 4,000, more slabs than the bound being detached and taken
+ * back at most frees: hence no bound past 128. The price: an exhausted slab stays owned, so if
+ * other threads free all of its blocks while this thread no longer allocates from the class, it
+ * goes back to the pool only at thread exit or flush (or when heap_take's scan finds it). The
+ * bound never shrinks while the thread's heap lives; it grows only on this evidence, so a
+ * producer whose blocks other threads free keeps MTP_FULL_PER_CLASS. */
+#define FULL_COUNTED_MAX 128
 static void full_keep_more(mtpi_heap_t *h, unsigned cls) {
-  size_t cap = full_keep_cap(cls);
-  size_t want = (size_t)h->full_limit[cls] * 2;
-  if (want > cap) want = cap;
-  if (want > h->full_limit[cls]) h->full_limit[cls] = (uint8_t)want;
+  uint8_t lim = h->full_limit[cls];
+  if (lim == FULL_UNBOUNDED) return;
+  if (lim < FULL_COUNTED_MAX) {
+    h->full_limit[cls] = (uint8_t)(lim * 2);
+    return;
+  }
+  h->full_limit[cls] = FULL_UNBOUNDED;
+  h->full_count[cls] = 0; /* no longer kept */
 }
 
 /* ---- the stand-in ----
@@ -398,7 +401,7 @@ static mtpi_block_t *heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, 
     s = page_of(h->partial[cls]);
     if (s == NULL) { /* a full slab that other threads freed a good share of */
       /* the oldest first (they had the longest for frees to come back), FULL_SCAN at most: the
-       * list may hold up to 254 (full_keep_more), each a descriptor to read */
+       * list may be long (full_keep_more), each a descriptor to read */
       s = page_of(h->full[cls]);
       for (unsigned k = 1; s != NULL && !worth_collecting(s); k++)
         s = k < FULL_SCAN ? page_of(s->link.next) : NULL;
@@ -921,8 +924,9 @@ void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
       last = it;
     }
     MTP_ASSERT(h->full[c] == NULL || h->full[c]->prev == last); /* the queue's back */
-    MTP_ASSERT(n == h->full_count[c] && n <= (h->m.shared ? 0u : h->full_limit[c]));
+    MTP_ASSERT(h->full_limit[c] == FULL_UNBOUNDED ||
+               (n == h->full_count[c] && n <= (h->m.shared ? 0u : h->full_limit[c])));
     MTP_ASSERT(h->m.shared || h->full_limit[c] >= MTP_FULL_PER_CLASS);
-    MTP_ASSERT(h->full_limit[c] <= MTP_FULL_PER_CLASS || h->full_limit[c] <= full_keep_cap(c));
+    MTP_ASSERT(h->full_limit[c] == FULL_UNBOUNDED || h->full_limit[c] <= FULL_COUNTED_MAX);
   }
 }
