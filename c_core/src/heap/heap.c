@@ -191,7 +191,7 @@ static void full_keep_more(mtpi_heap_t *h, unsigned cls) {
  * Invariants (mtp__heap_validate_class checks them):
  *   - stand_cls is the class served or MTP_NUM_CLASSES; it serves cls exactly while current[cls]
  *     is the stand-in. It leaves that slot only dry (heap_take, room_again: stand_drop) or through
- *     stand_stop, which gives every listed block back to its slab.
+ *     stand_begin, which gives every listed block of the class it served back to its slab.
  *   - every listed block is a handed-out block of class stand_cls in a slab this heap owns: no
  *     slab of the class is let go meanwhile (slab_to_full runs for a class only when a real slab
  *     holds its current slot) or retired (its listed blocks count as used); thread exit and flush
@@ -243,10 +243,11 @@ static mtpi_block_t *stand_take_all(mtpi_heap_t *h) {
   return list;
 }
 
-/* Every listed block back to its slab (ours: see above), as a free of the owner would. Not under
- * the pool lock: a slab that empties is retired (it may go to the pool). */
-static void stand_stop(mtpi_heap_t *h) {
-  mtpi_block_t *b = stand_take_all(h);
+/* Blocks taken off the list (stand_take_all) back to their slabs (ours: see above), as a free of
+ * the owner would. Not under the pool lock: a slab that empties is retired, which may go to the
+ * pool and wake the purger (whose creation allocates, on this thread): so the heap must be
+ * consistent before, with the blocks off every list. */
+static void stand_return(mtpi_heap_t *h, mtpi_block_t *b) {
   while (b != NULL) {
     mtpi_block_t *next = mtp__block_next(b);
     mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
@@ -280,7 +281,8 @@ static void stand_give_back_locked(mtpi_heap_t *h) {
 
 /* The gate passed: the stand-in serves cls from now, in place of cur (exhausted), and lists b. */
 static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_block_t *b) {
-  if (h->stand_cls != MTP_NUM_CLASSES) stand_stop(h); /* it served another class */
+  /* it served another class: its blocks go back once the heap is consistent again */
+  mtpi_block_t *old = h->stand_cls != MTP_NUM_CLASSES ? stand_take_all(h) : NULL;
   slab_to_full(h, cur);
   mtpi_page_t *si = &h->stand_in;
   si->cls = (uint8_t)cls;
@@ -289,6 +291,7 @@ static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_page_t *cur, unsigned 
   h->stand_cap = (uint8_t)stand_max(cls);
   h->current[cls] = si;
   stand_push(h, b);
+  stand_return(h, old);
 }
 
 /* A free into one of h's exhausted slabs of class cls while cur, the current slab, is exhausted
