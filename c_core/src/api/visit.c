@@ -55,7 +55,8 @@ static void listed_gather(mtpi_pool_t *pool, listed_t *l) {
   }
   if (l->cap == 0) return;
   /* no malloc here: mtpool may be the process's malloc, and the pool lock is held */
-  l->cap = (l->cap * sizeof(void *) + mtp__os_page_size() - 1) / sizeof(void *);
+  size_t page = mtp__os_page_size(); /* whole pages: as many entries as they hold */
+  l->cap = (l->cap * sizeof(void *) + page - 1) / page * page / sizeof(void *);
   l->at = mtp__os_map(l->cap * sizeof(void *), 0);
   if (l->at == NULL) {
     l->cap = 0;
