@@ -207,7 +207,7 @@ for stage in $stages; do
           summary+=("buildtypes: $cc $type MTPOOL_DEBUG=$level built ($(( $(date +%s) - b0 )) s)")
           # The drop-in malloc's tests with the validity checkers on (about 20 s): the asan stage
           # runs every other test at level 2, but not these (sanitizers replace malloc). A heap
-          # list's count that wrapped at 255 showed only here.
+          # list's 8-bit count that wrapped past 255 showed only here.
           if [ "$combo" = gcc:Debug:2 ]; then run_ctest malloc-validate "$dir" -L malloc; fi
         else
           grep -E "warning|error|Error" "$dir/build.log" | head -40 || true

@@ -616,7 +616,9 @@ static void test_stand_in(void) {
   unsigned lc = MTP_NUM_CLASSES;
   listed = mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0);
   CHECK(lc == cls && listed == (64 << 10) / size); /* the bound: 64 KiB of blocks */
-  void *first_listed = b[freed[0]];
+  mtpi_block_t *last = h->stand_in.free, *first_listed = last; /* the list's head and tail */
+  for (uint32_t i = 1; i < listed; i++) first_listed = mtp__block_next(first_listed);
+  CHECK(first_listed != NULL && mtp__block_next(first_listed) == NULL);
   for (uint32_t i = 0; i < nf; i++) b[freed[i]] = NULL;
   mtp__heap_validate(h);
   check_live(pool, b, n);
@@ -632,10 +634,11 @@ static void test_stand_in(void) {
   CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0), listed);
   mtp__heap_validate(h);
   check_live(pool, b, n);
-  /* the listed blocks come back first, the last freed first */
+  /* the listed blocks come back first, the last listed first */
   for (uint32_t i = 0; i < 3; i++) {
-    CHECK((b[freed[i]] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
-    CHECK(mtp__slab_of((uintptr_t)b[freed[i]]) != NULL);
+    mtpi_block_t *head = h->stand_in.free;
+    CHECK(i > 0 || head == last);
+    CHECK((b[freed[i]] = mtp_pool_alloc(mtp__pool_out(pool), size)) == (void *)head);
   }
   mtp__heap_validate(h);
   check_live(pool, b, n);

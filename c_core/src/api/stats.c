@@ -73,7 +73,8 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
      * count them as used */
     unsigned cls;
     size_t n = mtp__heap_listed(m, &p->rs, &cls, NULL, 0);
-    mtp_class_stats_t *cs = &out->classes[n ? cls : 0];
+    if (n == 0) continue;
+    mtp_class_stats_t *cs = &out->classes[cls];
     if (n > cs->blocks_in_use) n = cs->blocks_in_use; /* racy figures: never below zero */
     cs->blocks_in_use -= n;
     out->blocks_in_use -= n;

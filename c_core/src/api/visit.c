@@ -65,7 +65,7 @@ static void listed_gather(mtpi_pool_t *pool, listed_t *l) {
   for (mtpi_node_t *it = pool->members; it && l->n < l->cap; it = it->next) {
     unsigned cls;
     l->n += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, &cls, l->at + l->n,
-                             (uint32_t)(l->cap - l->n < UINT32_MAX ? l->cap - l->n : UINT32_MAX));
+                             l->cap - l->n);
   }
 }
 

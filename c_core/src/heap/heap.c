@@ -238,28 +238,32 @@ static mtpi_block_t *stand_take_all(mtpi_heap_t *h) {
   mtpi_block_t *list = h->stand_in.free;
   h->stand_in.free = NULL;
   h->stand_in.used = h->stand_pushed = 0;
-  h->current[h->stand_cls] = &mtp__slab_empty;
-  h->stand_cls = MTP_NUM_CLASSES;
+  stand_drop(h);
   return list;
 }
 
-/* Blocks taken off the list (stand_take_all) back to their slabs (ours: see above), as a free of
- * the owner would. Not under the pool lock: a slab that empties is retired, which may go to the
- * pool and wake the purger (whose creation allocates, on this thread): so the heap must be
- * consistent before, with the blocks off every list. */
+/* b, taken off h's list, onto its slab s's free list (h's: see above); whether s is empty now.
+ * The tools saw b freed when it was listed: no second track_free. */
+static bool unlist(mtpi_heap_t *h, mtpi_page_t *s, mtpi_block_t *b) {
+  MTP_ASSERT(mtp__slab_heap(s) == h && (mtp__load_relaxed(&s->owner) & ~MTP_OWNER_FULL) == token(h));
+  mtp__block_set_next(b, s->free);
+  s->free = b;
+  return --s->used == 0;
+}
+
+/* Blocks taken off the list (stand_take_all) back to their slabs, as a free of the owner would.
+ * Not under the pool lock: a slab that empties is retired, which may go to the pool and wake the
+ * purger (whose creation allocates, on this thread): so the heap must be consistent before, with
+ * the blocks off every list. */
 static void stand_return(mtpi_heap_t *h, mtpi_block_t *b) {
   while (b != NULL) {
     mtpi_block_t *next = mtp__block_next(b);
     mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
-    MTP_ASSERT(mtp__slab_heap(s) == h && (mtp__load_relaxed(&s->owner) & ~MTP_OWNER_FULL) == token(h));
     if (s->list == MTP_LIST_HEAP_FULL) { /* it has room again */
       full_remove(h, s);
       partial_push(h, s);
     }
-    /* the tools saw the block freed when it was listed: no second track_free */
-    mtp__block_set_next(b, s->free);
-    s->free = b;
-    if (MTP_UNLIKELY(--s->used == 0)) mtp__heap_retire_local(s);
+    if (MTP_UNLIKELY(unlist(h, s, b))) mtp__heap_retire_local(s);
     b = next;
   }
 }
@@ -268,14 +272,9 @@ static void stand_return(mtpi_heap_t *h, mtpi_block_t *b) {
  * the slabs are given back; a slab that empties is released by abandon_slab (used is 0). */
 static void stand_give_back_locked(mtpi_heap_t *h) {
   if (h->stand_cls == MTP_NUM_CLASSES) return;
-  mtpi_block_t *b = stand_take_all(h);
-  while (b != NULL) {
-    mtpi_block_t *next = mtp__block_next(b);
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
-    mtp__block_set_next(b, s->free);
-    s->free = b;
-    s->used--;
-    b = next;
+  for (mtpi_block_t *b = stand_take_all(h), *next; b != NULL; b = next) {
+    next = mtp__block_next(b);
+    (void)unlist(h, mtp__slab_of((uintptr_t)b), b);
   }
 }
 
@@ -462,7 +461,6 @@ static mtpi_block_t *shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
   if (sh->thread == NULL) { /* first use (the pool lock, taken by the join, nests inside) */
     for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) sh->current[c] = &mtp__slab_empty;
     sh->stand_cls = MTP_NUM_CLASSES; /* never serves: no thread frees into its slabs as owner */
-    sh->tight_cls = MTP_NUM_CLASSES;
     sh->thread = &shared_thread;
     sh->m.shared = true;
     (void)mtp__pool_join(pool, &sh->m);
@@ -716,7 +714,7 @@ MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
 }
 
 MTP_NO_TSAN uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigned *cls, void **out,
-                                      uint32_t max) {
+                                      size_t max) {
   if (m->shared) return 0;
   mtpi_heap_t *h = MTP_CONTAINER(m, mtpi_heap_t, m);
   unsigned c = *(volatile uint8_t *)&h->stand_cls;

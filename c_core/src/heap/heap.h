@@ -49,7 +49,7 @@ void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
  * stand-in (heap.c; 0 for a shared heap), and their class (*cls). With out, up to max of the
  * blocks themselves, each checked to be a block of one of rs's slabs before its link is followed.
  * Read racily: exact when the owner thread is quiet. */
-uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigned *cls, void **out, uint32_t max);
+uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigned *cls, void **out, size_t max);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
 void mtp__heap_validate(mtpi_heap_t *h);
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
