@@ -7,12 +7,17 @@
  * Cold classes: a heap that joins a pool after another takes its first blocks of a class from the
  * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
  * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
- * back. The partial list is a queue (the slab freed into first is used first), a thread that
+ * back; threads on two CPUs share the heaps of their CPUs. The partial list is a queue (the slab freed into first is used first), a thread that
  * frees into a slab it let go keeps more exhausted slabs of that class (past 128, all), and a free into an
  * exhausted slab while the current one is exhausted too makes that slab current (the one it
  * replaces takes its place on the full list and keeps its remote frees for the slow path). */
+#define _GNU_SOURCE /* CPU affinity */
 #include "heap/heap.h"
 #include "testhelper.h"
+
+#include <sched.h>
+
+#include "base/os.h"
 
 #include <pthread.h>
 
@@ -195,7 +200,10 @@ enum { COLD_BLOCKS = 1000 };
 static mtpi_pool_t *cold_pool;
 
 static bool from_shared(void *p) {
-  return mtp__slab_heap(mtp__slab_of((uintptr_t)p)) == &cold_pool->shared;
+  void *h = mtp__slab_heap(mtp__slab_of((uintptr_t)p));
+  for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++)
+    if (h == &cold_pool->shared[i].heap) return true;
+  return false;
 }
 
 static void *cold_worker(void *arg) {
@@ -249,7 +257,8 @@ static void test_cold_classes(void) {
   CHECK(pthread_create(&t, NULL, cold_worker, NULL) == 0);
   CHECK(pthread_join(t, NULL) == 0);
   /* 64 threads hold one block of each of 16 classes at once: with a slab per class per thread
-   * that is 1,024 slabs; sharing the first blocks, a few per class */
+   * that is 1,024 slabs; sharing the first blocks, one per class per shared heap (one per CPU, at
+   * most MTP_SHARED_HEAPS), and this thread's */
   enum { LITTLE = 64 };
   pthread_barrier_t all, measured;
   pthread_barrier_init(&all, NULL, LITTLE + 1);
@@ -265,7 +274,7 @@ static void test_cold_classes(void) {
   mtp_stats_t st;
   mtp_pool_stats(mtp__pool_out(cold_pool), &st);
   CHECK_EQ_SZ(st.blocks_in_use, 1 + LITTLE * 16);
-  CHECK(st.bytes_reserved <= 64 * MTP_PAGE_SIZE);
+  CHECK(st.bytes_reserved <= (16 * MTP_SHARED_HEAPS + 2) * MTP_PAGE_SIZE);
   for (unsigned i = 0; i < LITTLE; i++) CHECK(from_shared(l[i].b[i % 16]));
   pthread_barrier_wait(&measured);
   for (unsigned i = 0; i < LITTLE; i++) CHECK(pthread_join(lt[i], NULL) == 0);
@@ -274,11 +283,67 @@ static void test_cold_classes(void) {
   mtp_free(mine);
   mtp_pool_stats(mtp__pool_out(cold_pool), &st);
   CHECK_EQ_SZ(st.blocks_in_use, 0);
-  CHECK(st.bytes_reserved > 0); /* the shared heap's slabs, and this thread's */
+  CHECK(st.bytes_reserved > 0); /* the shared heaps' slabs, and this thread's */
   mtp_thread_flush();
   mtp_pool_trim(mtp__pool_out(cold_pool));
   mtp_pool_stats(mtp__pool_out(cold_pool), &st);
-  CHECK_EQ_SZ(st.bytes_reserved, 0); /* the shared heap gave its slabs back */
+  CHECK_EQ_SZ(st.bytes_reserved, 0); /* the shared heaps gave their slabs back */
+  mtp_pool_destroy(mtp__pool_out(cold_pool));
+}
+
+/* Threads on different CPUs take their first blocks from different shared heaps: the one of
+ * their CPU (mtp__os_cpu() % MTP_SHARED_HEAPS), so they do not queue on one lock. Two threads,
+ * each pinned to a CPU of its own whose shared heaps differ; skipped where the process may run on
+ * one such CPU only. */
+typedef struct {
+  int cpu;
+  void *b;
+} shard_arg_t;
+
+static void *shard_worker(void *arg) {
+  shard_arg_t *a = arg;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(a->cpu, &one);
+  CHECK(pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0);
+  CHECK(mtp__os_cpu() == (unsigned)a->cpu);
+  CHECK((a->b = mtp_pool_alloc(mtp__pool_out(cold_pool), 200)) != NULL);
+  CHECK(mtp__thread_heap(mtp__tl_thread, cold_pool->id)->cold_ok);
+  return NULL;
+}
+
+static void test_cold_shards(void) {
+  cpu_set_t allowed;
+  CHECK(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  int cpu[2] = {-1, -1};
+  for (int c = 0; c < CPU_SETSIZE && cpu[1] < 0; c++) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (cpu[0] < 0)
+      cpu[0] = c;
+    else if (c % MTP_SHARED_HEAPS != cpu[0] % MTP_SHARED_HEAPS)
+      cpu[1] = c;
+  }
+  if (cpu[1] < 0) {
+    printf("  (skipped: no two CPUs with different shared heaps)\n");
+    return;
+  }
+  mtp_options_t o;
+  mtp_options_init(&o);
+  cold_pool = mtp__pool_in(mtp_pool_create(&o));
+  CHECK(cold_pool != NULL);
+  void *mine = mtp_pool_alloc(mtp__pool_out(cold_pool), 200); /* the first heap: not shared */
+  CHECK(mine != NULL && !from_shared(mine));
+  shard_arg_t a[2] = {{cpu[0], NULL}, {cpu[1], NULL}};
+  for (int i = 0; i < 2; i++) { /* one after the other: each thread's heap is a pool's second */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, shard_worker, &a[i]) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+  }
+  for (int i = 0; i < 2; i++)
+    CHECK(mtp__slab_heap(mtp__slab_of((uintptr_t)a[i].b)) ==
+          &cold_pool->shared[(unsigned)cpu[i] % MTP_SHARED_HEAPS].heap);
+  for (int i = 0; i < 2; i++) mtp_free(a[i].b);
+  mtp_free(mine);
   mtp_pool_destroy(mtp__pool_out(cold_pool));
 }
 
@@ -693,6 +758,7 @@ int main(void) {
   RUN(test_cache_keeps_format);
   RUN(test_late_news);
   RUN(test_cold_classes);
+  RUN(test_cold_shards);
   RUN(test_partial_queue);
   RUN(test_full_limit_grows);
   RUN(test_full_limit_unbounded);

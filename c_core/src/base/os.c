@@ -1,10 +1,11 @@
-/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, getauxval). Owns nothing
+/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, sched_getcpu, getauxval). Owns nothing
  * else. Layer: base. */
 #define _GNU_SOURCE
 #include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -122,6 +123,11 @@ uint64_t mtp__os_now_ms(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0; /* cannot fail for CLOCK_MONOTONIC */
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+unsigned mtp__os_cpu(void) {
+  int cpu = sched_getcpu(); /* glibc reads it from the thread's rseq area where it can: a load */
+  return cpu < 0 ? 0 : (unsigned)cpu;
 }
 
 /* ---- Transparent huge pages ---- */

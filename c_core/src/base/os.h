@@ -35,6 +35,8 @@ int mtp__os_purge(void *p, size_t size);
 int mtp__os_lock_init(pthread_mutex_t *m);
 /* Milliseconds from a monotonic clock. */
 uint64_t mtp__os_now_ms(void);
+/* The CPU the calling thread runs on (a hint: it may move at once), 0 if the OS does not say. */
+unsigned mtp__os_cpu(void);
 
 /* Test hook: after `after_n_calls` more successful maps, every map fails with ENOMEM; -1 turns the
  * injection off. */

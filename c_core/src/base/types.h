@@ -76,6 +76,9 @@
 #ifndef MTP_SPAN_MAX
 #define MTP_SPAN_MAX ((size_t)256 << 10)
 #endif
+/* Shared heaps per pool (heap.c, cold classes): threads on different CPUs take their first blocks
+ * under different locks. */
+#define MTP_SHARED_HEAPS 4
 #define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
 #define MTP_UPPER_SHIFT 4    /* the upper table's step, 16 B: every class above 1 KiB is a multiple */
 #define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
@@ -432,12 +435,15 @@ struct mtp_pool {
   size_t q_bytes;
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
-  /* The shared heap (heap layer, heap.c): the first blocks of a class a thread allocates come
-   * from here, so a thread that allocates a little does not hold a slab per class. Its owner
-   * fields (lists, counters, thread: NULL until its first use) are written under shared_lock,
-   * which is taken before the pool lock; its member part follows mtpi_member_t's rules. */
-  pthread_mutex_t shared_lock;
-  mtpi_heap_t shared;
+  /* The shared heaps (heap layer, heap.c): the first blocks of a class a thread allocates come
+   * from one of these, chosen by the CPU the thread runs on, so that a thread that allocates a
+   * little does not hold a slab per class. Each one's owner fields (lists, counters, thread: NULL
+   * until its first use) are written under its shared_lock, which is taken before the pool lock;
+   * its member part follows mtpi_member_t's rules. */
+  struct {
+    pthread_mutex_t lock;
+    mtpi_heap_t heap;
+  } shared[MTP_SHARED_HEAPS];
   /* large blocks: under the large lock */
   mtpi_node_t *large;                     /* LIVE records */
   size_t large_count, large_bytes;        /* LIVE: blocks, mapped bytes */

@@ -433,14 +433,18 @@ static mtpi_block_t *heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, 
  * A heap's own slab of a class costs at least a page (4 KiB resident) however few of its blocks
  * the thread uses, so a thread that allocates a little from many classes held a page per class.
  * A heap that joined a pool in which another thread allocates already therefore takes its first
- * blocks of a class (up to COLD_BYTES of them, COLD_TOTAL blocks in all) from the pool's shared
- * heap: an ordinary heap owned by no thread (its token, shared_thread, is no thread's record),
- * used under the pool's shared_lock. Every free of its blocks is remote (one CAS onto the slab's
- * list), which the shared heap collects as any owner does. The pool's first heap (a
- * single-threaded program's) never shares: its own slabs would hold its first blocks as well.
- * Measured (bench/gp/footprint.sh, 1,000 threads of 20 blocks): RssAnon per thread 84 KiB ->
- * 47.5 (glibc 39.8; 43.6 with the smaller thread record, types.h); gp thread_churn's peak RSS
- * at 8 threads 207 -> 72 MiB. Lock order: shared_lock, then the pool lock. */
+ * blocks of a class (up to COLD_BYTES of them, COLD_TOTAL blocks in all) from a shared heap of
+ * the pool: an ordinary heap owned by no thread (its token, shared_thread, is no thread's record),
+ * used under its own lock. Every free of its blocks is remote (one CAS onto the slab's list),
+ * which the shared heap collects as any owner does. The pool's first heap (a single-threaded
+ * program's) never shares: its own slabs would hold its first blocks as well. Measured
+ * (bench/gp/footprint.sh, 1,000 threads of 20 blocks): RssAnon per thread 84 KiB -> 47.5 (glibc
+ * 39.8; 43.6 with the smaller thread record, types.h); gp thread_churn's peak RSS at 8 threads
+ * 207 -> 72 MiB. A pool has MTP_SHARED_HEAPS of them and a thread takes its CPU's: with one,
+ * threads starting at once queued on its lock (a tenth of the acquisitions found it held; the
+ * lock functions took 14.6% of thread_churn's samples); with one per CPU (at most four)
+ * thread_churn took 25% less time at 1 thread, 29% at 8, and RssAnon per thread did not move.
+ * Lock order: a shared heap's lock, then the pool lock. */
 #define COLD_BYTES 16384u   /* per class */
 #define COLD_MAX_BLOCKS 128u /* per class (the counter is 8 bits) */
 #define COLD_TOTAL 256u      /* per heap: a thread that allocates more has its own slabs */
@@ -455,9 +459,15 @@ static bool cold_class(const mtpi_heap_t *h, unsigned cls) {
          h->current[cls] == &mtp__slab_empty && h->partial[cls] == NULL && h->full[cls] == NULL;
 }
 
+/* The shared heap of the CPU the thread runs on: threads that start at once on different CPUs
+ * take their first blocks under different locks (a thread moved meanwhile only shares a lock
+ * with another CPU's threads). */
+static unsigned shared_index(void) { return mtp__os_cpu() % MTP_SHARED_HEAPS; }
+
 static mtpi_block_t *shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
-  mtpi_heap_t *sh = &pool->shared;
-  pthread_mutex_lock(&pool->shared_lock);
+  unsigned i = shared_index();
+  mtpi_heap_t *sh = &pool->shared[i].heap;
+  pthread_mutex_lock(&pool->shared[i].lock);
   if (sh->thread == NULL) { /* first use (the pool lock, taken by the join, nests inside) */
     for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) sh->current[c] = &mtp__slab_empty;
     sh->stand_cls = MTP_NUM_CLASSES; /* never serves: no thread frees into its slabs as owner */
@@ -466,7 +476,7 @@ static mtpi_block_t *shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
     (void)mtp__pool_join(pool, &sh->m);
   }
   mtpi_block_t *b = heap_take(pool, sh, cls, wake);
-  pthread_mutex_unlock(&pool->shared_lock);
+  pthread_mutex_unlock(&pool->shared[i].lock);
   if (b != NULL) {
     h->cold[cls]++;
     h->cold_total++;
@@ -811,13 +821,15 @@ static bool heap_abandon(mtpi_heap_t *h) {
  * empty ones to be purged. Returns whether a purge became due. */
 static bool shared_give_back(mtpi_pool_t *pool) {
   bool due = false;
-  pthread_mutex_lock(&pool->shared_lock);
-  if (pool->shared.thread != NULL) {
-    mtp__pool_lock(pool);
-    heap_give_back_locked(pool, &pool->shared);
-    due = mtp__pool_unlock_defer(pool);
+  for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) {
+    pthread_mutex_lock(&pool->shared[i].lock);
+    if (pool->shared[i].heap.thread != NULL) {
+      mtp__pool_lock(pool);
+      heap_give_back_locked(pool, &pool->shared[i].heap);
+      due |= mtp__pool_unlock_defer(pool);
+    }
+    pthread_mutex_unlock(&pool->shared[i].lock);
   }
-  pthread_mutex_unlock(&pool->shared_lock);
   return due;
 }
 

@@ -617,7 +617,13 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   mtpi_pool_t *p = is_default ? &default_record : mtp__meta_alloc(sizeof(*p));
   if (p == NULL) return NULL;
   int e = mtp__os_lock_init(&p->lock);
-  if (e == 0 && (e = mtp__os_lock_init(&p->shared_lock)) != 0) pthread_mutex_destroy(&p->lock);
+  unsigned locks = 0; /* shared locks made */
+  for (; e == 0 && locks < MTP_SHARED_HEAPS; locks++)
+    if ((e = mtp__os_lock_init(&p->shared[locks].lock)) != 0) break;
+  if (e != 0) {
+    while (locks > 0) pthread_mutex_destroy(&p->shared[--locks].lock);
+    pthread_mutex_destroy(&p->lock);
+  }
   if (e != 0) {
     if (!is_default) mtp__meta_free(p, sizeof(*p));
     errno = ENOMEM;
@@ -636,7 +642,7 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   if (id == MTP_MAX_POOLS) {
     pthread_mutex_unlock(&mtp__registry_lock);
     pthread_mutex_destroy(&p->lock);
-    pthread_mutex_destroy(&p->shared_lock);
+    for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) pthread_mutex_destroy(&p->shared[i].lock);
     mtp__meta_free(p, sizeof(*p));
     errno = ENOMEM;
     return NULL;
@@ -708,7 +714,8 @@ void mtp__pool_free(mtpi_pool_t *p) {
   mtp__list_remove(&mtp__pools, &p->reg_link);
   pthread_mutex_unlock(&mtp__registry_lock);
   pthread_mutex_destroy(&p->lock);
-  pthread_mutex_destroy(&p->shared_lock); /* the shared heap is a member: unbound above */
+  for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) /* the shared heaps are members: unbound above */
+    pthread_mutex_destroy(&p->shared[i].lock);
   mtp__meta_free(p, sizeof(*p));
 }
 
@@ -747,9 +754,10 @@ void mtp__fork_prepare(void) {
   pthread_mutex_lock(&purger_create_lock);
   purger_was_running = purger_join(false);
   pthread_mutex_lock(&mtp__registry_lock);
-  for (mtpi_node_t *it = mtp__pools; it; it = it->next) { /* shared heap, then pool: heap.c */
-    pthread_mutex_lock(&mtp__pool_from_reg(it)->shared_lock);
-    mtp__pool_lock(mtp__pool_from_reg(it));
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next) { /* shared heaps, then pool: heap.c */
+    mtpi_pool_t *p = mtp__pool_from_reg(it);
+    for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) pthread_mutex_lock(&p->shared[i].lock);
+    mtp__pool_lock(p);
   }
   pthread_mutex_lock(&mtp__large_lock);
   pthread_mutex_lock(&mtp__meta_lock);
@@ -763,7 +771,7 @@ static void unlock_all(void) {
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     pthread_mutex_unlock(&p->lock); /* a release due before the fork is woken for later */
-    pthread_mutex_unlock(&p->shared_lock);
+    for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) pthread_mutex_unlock(&p->shared[i].lock);
   }
   pthread_mutex_unlock(&mtp__registry_lock);
 }
