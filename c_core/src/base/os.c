@@ -1,5 +1,5 @@
-/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, sched_getcpu, getauxval). Owns nothing
- * else. Layer: base. */
+/* The OS layer (Linux: mmap, munmap, mprotect, madvise, clock_gettime, sched_getcpu,
+ * getauxval). Owns nothing else. Layer: base. */
 #define _GNU_SOURCE
 #include "os.h"
 

@@ -438,8 +438,8 @@ struct mtp_pool {
   /* The shared heaps (heap layer, heap.c): the first blocks of a class a thread allocates come
    * from one of these, chosen by the CPU the thread runs on, so that a thread that allocates a
    * little does not hold a slab per class. Each one's owner fields (lists, counters, thread: NULL
-   * until its first use) are written under its shared_lock, which is taken before the pool lock;
-   * its member part follows mtpi_member_t's rules. */
+   * until its first use) are written under its lock, which is taken before the pool lock; its
+   * member part follows mtpi_member_t's rules. */
   struct {
     pthread_mutex_t lock;
     mtpi_heap_t heap;
