@@ -11,7 +11,8 @@
 #   bench     the same build with the benchmarks (-DMTPOOL_BUILD_BENCH=ON): a smoke run of each
 #   malloc    the drop-in malloc (libmtpool-malloc.so) in the release build: its tests (ctest -L
 #             malloc), an installed consumer of mtpool::malloc, and real programs (python3, perl,
-#             sort, sqlite3, xz, git, g++) preloaded, compared with glibc's malloc
+#             sort, sqlite3, xz, git, g++) preloaded, compared with glibc's malloc, and 14 files of
+#             CPython's regression suite (scripts/test_suites.sh) on both
 #   shared    shared library: only mtp_* symbols are exported; the C tests pass against it
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer build, MTPOOL_DEBUG=2: every ctest test
 #   tsan      ThreadSanitizer build: every ctest test
@@ -178,6 +179,20 @@ for stage in $stages; do
         passed=$((passed + 1)); summary+=("malloc real programs: passed")
       else
         failed=$((failed + 1)); summary+=("malloc real programs: FAILED")
+      fi
+      # A suite we did not write: part of CPython's regression tests with every Python object from
+      # the malloc (PYTHONMALLOC=malloc), on glibc and on mtpool; fails when a test passes on glibc
+      # only. The whole suite, and checked mode, are scripts/test_suites.sh's own run.
+      if MTPOOL_SUITES_BUILD="$out/malloc-suites" bash "$here/scripts/test_suites.sh" \
+           --allocs "glibc mtpool" --env PYTHONMALLOC=malloc --out "$out/malloc-suites" \
+           --mtpool-lib "$out/release/malloc/libmtpool-malloc.so" \
+           --tests "test_dict test_list test_set test_bytes test_unicode test_json test_pickle test_re \
+                    test_struct test_array test_gc test_weakref test_mmap test_threading" \
+           >"$out/malloc-suites.log" 2>&1; then
+        passed=$((passed + 1)); summary+=("malloc CPython tests (part of the suite): passed")
+      else
+        tail -25 "$out/malloc-suites.log"
+        failed=$((failed + 1)); summary+=("malloc CPython tests (part of the suite): FAILED")
       fi
       ;;
     clang)
