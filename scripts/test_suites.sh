@@ -127,6 +127,7 @@ known = json.loads(sys.argv[2])
 head = rows[-1]["run"]  # how the run was made (every line has it; the last: the whole time)
 machine, secs, jobs, timeout, tests, extra = (head[k] for k in
                                               ("machine", "seconds", "jobs", "timeout", "tests", "env"))
+tests = " ".join(tests.split())  # a list written over several lines
 ref = next(r for r in rows if r["alloc"] == "glibc")
 print("# Outside test suites on the drop-in malloc\n")
 name = sys.argv[1].rsplit("/", 1)[-1][:-len(".jsonl")]
