@@ -6,10 +6,11 @@
  * again), another class of as many pages formats it, and a full cache lets its oldest slab go.
  * Cold classes: a heap that joins a pool after another takes its first blocks of a class from the
  * pool's shared heap, a bounded number, then from its own slabs; the pool's first heap never
- * does; threads that each allocate a little share slabs; trim gives the shared heap's slabs
- * back; threads on two CPUs share the heaps of their CPUs. The partial list is a queue (the slab freed into first is used first), a thread that
- * frees into a slab it let go keeps more exhausted slabs of that class (past 128, all), and a free into an
- * exhausted slab while the current one is exhausted too makes that slab current (the one it
+ * does; threads that each allocate a little share slabs; trim gives the shared heaps' slabs
+ * back; threads on CPUs of different shared heaps take their first blocks from different ones.
+ * The partial list is a queue (the slab freed into first is used first), a thread that frees
+ * into a slab it let go keeps more exhausted slabs of that class (past 128, all), and a free into
+ * an exhausted slab while the current one is exhausted too makes that slab current (the one it
  * replaces takes its place on the full list and keeps its remote frees for the slow path). */
 #define _GNU_SOURCE /* CPU affinity */
 #include "heap/heap.h"

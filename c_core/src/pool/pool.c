@@ -617,14 +617,13 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   mtpi_pool_t *p = is_default ? &default_record : mtp__meta_alloc(sizeof(*p));
   if (p == NULL) return NULL;
   int e = mtp__os_lock_init(&p->lock);
+  bool pool_lock = e == 0;
   unsigned locks = 0; /* shared locks made */
-  for (; e == 0 && locks < MTP_SHARED_HEAPS; locks++)
-    if ((e = mtp__os_lock_init(&p->shared[locks].lock)) != 0) break;
-  if (e != 0) {
+  while (e == 0 && locks < MTP_SHARED_HEAPS && (e = mtp__os_lock_init(&p->shared[locks].lock)) == 0)
+    locks++;
+  if (e != 0) { /* undo only what was made */
     while (locks > 0) pthread_mutex_destroy(&p->shared[--locks].lock);
-    pthread_mutex_destroy(&p->lock);
-  }
-  if (e != 0) {
+    if (pool_lock) pthread_mutex_destroy(&p->lock);
     if (!is_default) mtp__meta_free(p, sizeof(*p));
     errno = ENOMEM;
     return NULL;
