@@ -757,6 +757,10 @@ void mtp__fork_prepare(void) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) pthread_mutex_lock(&p->shared[i].lock);
     mtp__pool_lock(p);
+    /* and every member's cache lock, which its owner takes without the pool lock: a child that
+     * only reset a lock held at the fork could inherit a cache list half changed, which its purge
+     * thread then drained (region.c's checks failed in test_rel_fork's children at MTP_DEBUG 2) */
+    for (mtpi_node_t *m = p->members; m; m = m->next) cache_lock(member_of(m));
   }
   pthread_mutex_lock(&mtp__large_lock);
   pthread_mutex_lock(&mtp__meta_lock);
@@ -769,6 +773,7 @@ static void unlock_all(void) {
   pthread_mutex_unlock(&mtp__large_lock);
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
+    for (mtpi_node_t *m = p->members; m; m = m->next) cache_unlock(member_of(m));
     pthread_mutex_unlock(&p->lock); /* a release due before the fork is woken for later */
     for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++) pthread_mutex_unlock(&p->shared[i].lock);
   }
@@ -787,10 +792,7 @@ void mtp__fork_parent(void) {
 
 void mtp__fork_child(void) {
   /* Only the forking thread lives on. Heaps of the other threads keep their slabs (their blocks
-   * can still be freed here, by the remote path); their cache locks may have been held. */
-  for (mtpi_node_t *it = mtp__pools; it; it = it->next)
-    for (mtpi_node_t *m = mtp__pool_from_reg(it)->members; m; m = m->next)
-      mtp__int_store_relaxed(&member_of(m)->cache_lock, 0); /* single-threaded here */
+   * can still be freed here, by the remote path) and their caches, which unlock_all releases. */
   /* The purger was joined before the fork (started and joinable are false): nobody waits on its
    * condition, and the child starts its own at its first wake. */
   purger_work = false;
