@@ -1,11 +1,12 @@
 /* Threads that each hold most blocks of one class and replace them at random (the case the heap's
- * stand-in serves: heap.c), while blocks also cross threads: every 16th block a thread replaces
- * goes to the next thread, which frees it (a remote free into a slab whose owner lists blocks of
- * it), threads flush now and then, and each thread's successor inherits its blocks after it exits
- * with blocks listed. The main thread reads the statistics and walks the pool meanwhile. Every
- * block carries a pattern from its tag, checked when it is freed: a block handed out twice, or
- * freed into a list twice, breaks one. At the end, with every block freed and the threads joined,
- * the statistics count no block in use. Public API only; bounded; for the sanitizer stages too. */
+ * stand-in serves, and above 1 KiB its hot lists: heap.c), while blocks also cross threads: every
+ * 16th block a thread replaces goes to the next thread, which frees it (a remote free into a slab
+ * whose owner lists blocks of it), threads flush now and then, and each thread's successor inherits
+ * its blocks after it exits with blocks listed. The main thread reads the statistics and walks the
+ * pool meanwhile. Every block carries a pattern from its tag, checked when it is freed: a block
+ * handed out twice, or freed into a list twice, breaks one. At the end, with every block freed and
+ * the threads joined, the statistics count no block in use. Public API only; bounded; for the
+ * sanitizer stages too. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>

@@ -11,7 +11,10 @@
  * The partial list is a queue (the slab freed into first is used first), a thread that frees
  * into a slab it let go keeps more exhausted slabs of that class (past 128, all), and a free into
  * an exhausted slab while the current one is exhausted too makes that slab current (the one it
- * replaces takes its place on the full list and keeps its remote frees for the slow path). */
+ * replaces takes its place on the full list and keeps its remote frees for the slow path).
+ * The stand-in (classes up to 1 KiB) and the hot lists (above): blocks the thread freed, handed
+ * out again newest first, free to the statistics and the walk, a second free reported, bounded,
+ * given back at trim, flush and before a slab is let go. */
 #define _GNU_SOURCE /* CPU affinity */
 #include "heap/heap.h"
 #include "testhelper.h"
@@ -80,6 +83,10 @@ static mtpi_page_t *cache_one(mtp_pool_t *pool, size_t size, void **keep) {
   mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
   CHECK(mtp__slab_of((uintptr_t)b[cap]) != s); /* the current slab now */
   for (uint32_t i = 0; i < cap; i++) mtp_free(b[i]);
+  if (cls >= MTP_HOT_FIRST) { /* the blocks freed last are listed (hot lists), the slab not empty */
+    CHECK(s->list != MTP_LIST_HEAP_CACHE);
+    mtp__heap_unlist(mtp__pool_in(pool));
+  }
   CHECK_EQ_SZ(s->list, MTP_LIST_HEAP_CACHE);
   *keep = b[cap];
   free(b);
@@ -116,6 +123,7 @@ static void test_cache_keeps_format(void) {
   for (uint32_t i = 0; i <= left; i++) mtp_free(more[i]);
   free(more);
   mtp_free(keep_cur);
+  mtp__heap_unlist(mtp__pool_in(pool)); /* the old current slab emptied (its blocks were listed) */
   /* another class of as many pages formats the cached slab afresh */
   s = cache_one(pool, 20000, &k2);
   CHECK_EQ_SZ(s->list, MTP_LIST_HEAP_CACHE);
@@ -660,7 +668,7 @@ static uint32_t replace(mtpi_pool_t *pool, void **b, uint32_t n, size_t size, ui
  * next allocation takes the block just freed. Listed blocks are free to the statistics and the
  * heap walk, bounded, a second free of one is reported, and thread flush gives them back. */
 static void test_stand_in(void) {
-  const size_t size = 2048;
+  const size_t size = 1024; /* above it, the hot lists take the owner's frees */
   unsigned cls = mtp__class_of(size);
   void **b;
   uint32_t n, seed = 1;
@@ -673,15 +681,15 @@ static void test_stand_in(void) {
   CHECK_EQ_SZ(replace(pool, b, n, size, 100, &seed), 100); /* each time the block just freed */
   check_live(pool, b, n);
   /* a run of frees: listed up to the bound, the rest freed into their slabs */
-  uint32_t freed[64], nf = 0, listed = 0;
-  for (uint32_t k = 0; nf < 64 && k < n; k++) {
+  uint32_t freed[96], nf = 0, listed = 0;
+  for (uint32_t k = 0; nf < 96 && k < n; k++) {
     if (mtp__slab_of((uintptr_t)b[k]) == mtp__slab_of((uintptr_t)b[n - 1])) continue;
     mtp_free(b[k]);
     freed[nf++] = k;
   }
-  unsigned lc = MTP_NUM_CLASSES;
-  listed = mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0);
-  CHECK(lc == cls && listed == (64 << 10) / size); /* the bound: 64 KiB of blocks */
+  size_t lc[MTP_NUM_CLASSES] = {0};
+  listed = (uint32_t)mtp__heap_listed(&h->m, &pool->rs, lc, NULL, 0);
+  CHECK(lc[cls] == listed && listed == (64 << 10) / size); /* the bound: 64 KiB of blocks */
   mtpi_block_t *last = h->stand_in.free, *first_listed = last; /* the list's head and tail */
   for (uint32_t i = 1; i < listed; i++) first_listed = mtp__block_next(first_listed);
   CHECK(first_listed != NULL && mtp__block_next(first_listed) == NULL);
@@ -697,7 +705,7 @@ static void test_stand_in(void) {
   mtp_set_error_handler(NULL, NULL);
   CHECK_EQ_SZ(double_frees, 1);
   CHECK(fs->list == fs_list && fs->used == fs_used);
-  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0), listed);
+  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, NULL, NULL, 0), listed);
   mtp__heap_validate(h);
   check_live(pool, b, n);
   /* the listed blocks come back first, the last listed first */
@@ -719,16 +727,16 @@ static void test_stand_in(void) {
 static void test_stand_in_switch(void) {
   void **a, **c;
   uint32_t na, nc, seed = 7;
-  mtpi_pool_t *pool = fill_kept(2048, 6, &a, &na);
+  mtpi_pool_t *pool = fill_kept(1024, 6, &a, &na);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  unsigned ca = mtp__class_of(2048), cc = mtp__class_of(512);
+  unsigned ca = mtp__class_of(1024), cc = mtp__class_of(512);
   h->full_limit[cc] = 40;
   c = calloc(4096, sizeof(void *));
   CHECK(c != NULL);
   nc = (uint32_t)((mtp__class_pages[cc] * MTP_PAGE_SIZE) / mtp__class_size[cc]) * 30;
   CHECK(nc <= 4096);
   for (uint32_t i = 0; i < nc; i++) CHECK((c[i] = mtp_pool_alloc(mtp__pool_out(pool), 512)) != NULL);
-  (void)replace(pool, a, na, 2048, 200, &seed);
+  (void)replace(pool, a, na, 1024, 200, &seed);
   CHECK(h->stand_cls == ca);
   uint32_t k = 0, freed = 0;
   for (; freed < 5; k++) /* five listed */
@@ -737,14 +745,13 @@ static void test_stand_in_switch(void) {
       a[k] = NULL;
       freed++;
     }
-  unsigned lc;
-  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, &lc, NULL, 0), 5);
+  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, NULL, NULL, 0), 5);
   (void)replace(pool, c, nc, 512, 300, &seed);
   CHECK(h->stand_cls == cc && h->current[cc] == &h->stand_in);
   CHECK(h->current[ca] != &h->stand_in);
   mtp__heap_validate(h);
   for (uint32_t i = 0; i < na; i++) /* all of a live: none of the five is handed out twice */
-    if (a[i] == NULL) CHECK((a[i] = mtp_pool_alloc(mtp__pool_out(pool), 2048)) != NULL);
+    if (a[i] == NULL) CHECK((a[i] = mtp_pool_alloc(mtp__pool_out(pool), 1024)) != NULL);
   for (uint32_t i = 0; i < na; i++)
     for (uint32_t j = i + 1; j < na; j++) CHECK(a[i] != a[j]);
   mtp__heap_validate(h);
@@ -752,6 +759,140 @@ static void test_stand_in_switch(void) {
   free(c);
   check_live(pool, a, na);
   drop(pool, a, na);
+}
+
+/* ---- the hot lists ---- */
+
+/* Above MTP_DIRECT_MAX, the owner's frees into its own slabs are listed per class, and the next
+ * allocation of the class takes the block freed last. Listed blocks are free to the statistics
+ * and the heap walk; a second free of one is reported and changes nothing; past the bound the
+ * older half goes back to its slabs; trim and thread flush give them all back. */
+static void test_hot_lists(void) {
+  const size_t size = 2048;
+  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
+  CHECK(cls >= MTP_HOT_FIRST);
+  void **b;
+  enum { N = 24 }; /* in one slab of 32, not exhausted: frees take the owner's fast path */
+  mtpi_pool_t *pool = fill(size, N, &b);
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
+  CHECK(mtp__slab_of((uintptr_t)b[N - 1]) == s && h->current[cls] == s);
+  CHECK(h->hot_cap[i] == 32 && h->hot_n[i] == 0);
+  for (uint32_t k = 0; k < 8; k++) {
+    mtp_free(b[k]);
+    b[k] = NULL;
+  }
+  CHECK_EQ_SZ(h->hot_n[i], 8);
+  CHECK_EQ_SZ(MTP_USED(s), N); /* still counted by the slab */
+  mtp__heap_validate(h);
+  check_live(pool, b, N);
+  /* the block freed last comes back first */
+  void *p7 = mtp_pool_alloc(pub, size), *p6 = mtp_pool_alloc(pub, 1900); /* same class */
+  CHECK(p7 != NULL && p6 != NULL);
+  b[7] = p7;
+  b[6] = p6;
+  CHECK_EQ_SZ(h->hot_n[i], 6);
+  mtp__heap_validate(h);
+  check_live(pool, b, N);
+  /* a second free of a listed block */
+  void *listed_block = h->hot[i]; /* b[5]'s old address: the list's head */
+  uint32_t used = MTP_USED(s);
+  double_frees = 0;
+  mtp_set_error_handler(on_error, NULL);
+  mtp_free(listed_block);
+  mtp_set_error_handler(NULL, NULL);
+  CHECK_EQ_SZ(double_frees, 1);
+  CHECK_EQ_SZ(h->hot_n[i], 6);
+  CHECK_EQ_SZ(MTP_USED(s), used);
+  mtp__heap_validate(h);
+  /* the bound: the 33rd listed block sends the older half back to its slab */
+  void **more = calloc(40, sizeof(void *));
+  CHECK(more != NULL);
+  for (uint32_t k = 0; k < 40; k++) CHECK((more[k] = mtp_pool_alloc(pub, size)) != NULL);
+  CHECK_EQ_SZ(h->hot_n[i], 0); /* the six listed were handed out first */
+  for (uint32_t k = 0; k < 33; k++) {
+    mtp_free(more[k]);
+    more[k] = NULL;
+  }
+  CHECK_EQ_SZ(h->hot_n[i], 17); /* 32 halved to 16, then the 33rd; exhausted slabs' blocks too */
+  mtp__heap_validate(h);
+  /* trim gives every listed block back */
+  mtp_pool_trim(pub);
+  CHECK_EQ_SZ(h->hot_n[i], 0);
+  CHECK(h->hot[i] == NULL);
+  mtp__heap_validate(h);
+  for (uint32_t k = 0; k < 40; k++)
+    if (more[k] != NULL) mtp_free(more[k]);
+  free(more);
+  check_live(pool, b, N);
+  /* thread flush gives listed blocks back with the slabs */
+  for (uint32_t k = 8; k < N; k++) {
+    mtp_free(b[k]);
+    b[k] = NULL;
+  }
+  CHECK(h->hot_n[i] > 0);
+  mtp_thread_flush();
+  CHECK(mtp__thread_heap(mtp__tl_thread, pool->id) == NULL);
+  check_live(pool, b, N); /* b[6] and b[7] */
+  drop(pool, b, N);
+}
+
+/* The bound's trim keeps the blocks freed last: after HOT_MAX + 1 owner frees into a slab with
+ * room, the list holds the newest half plus the one just freed, newest first. */
+static void test_hot_trim_keeps_newest(void) {
+  const size_t size = 1200; /* 54 blocks a slab: the 33 frees stay in one unexhausted slab */
+  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
+  void **b;
+  enum { N = 40 };
+  mtpi_pool_t *pool = fill(size, N, &b);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
+  CHECK(mtp__slab_of((uintptr_t)b[N - 1]) == s && s->capacity > N);
+  CHECK_EQ_SZ(h->hot_cap[i], 32);
+  for (uint32_t k = 0; k < 33; k++) mtp_free(b[k]);
+  CHECK_EQ_SZ(h->hot_n[i], 17); /* 32 halved to 16, then the 33rd */
+  CHECK_EQ_SZ(MTP_USED(s), N - 16);
+  mtpi_block_t *it = h->hot[i];
+  for (uint32_t k = 32; k >= 16; k--) { /* b[32], b[31], ... b[16] */
+    CHECK(it == b[k]);
+    it = mtp__block_next(it);
+  }
+  CHECK(it == NULL);
+  mtp__heap_validate(h);
+  for (uint32_t k = 0; k < 33; k++) b[k] = NULL;
+  check_live(pool, b, N);
+  drop(pool, b, N);
+}
+
+/* A slab the heap lets go (slab_to_full past the full list's bound) must not hold listed blocks:
+ * the class's list goes back to its slabs first. Aligned allocations take the slow path, which
+ * leaves the list alone, so the slabs fill while blocks are listed. */
+static void test_hot_before_detach(void) {
+  const size_t size = 2048;
+  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
+  void **b;
+  enum { N = 4 };
+  mtpi_pool_t *pool = fill(size, N, &b);
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtp_free(b[0]);
+  mtp_free(b[1]);
+  b[0] = b[1] = NULL;
+  CHECK_EQ_SZ(h->hot_n[i], 2);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / size);
+  uint32_t n = cap * (MTP_FULL_PER_CLASS + 3);
+  void **a = calloc(n, sizeof(void *));
+  CHECK(a != NULL);
+  for (uint32_t k = 0; k < n; k++) {
+    CHECK((a[k] = mtp_pool_alloc_aligned(pub, size, 2048)) != NULL);
+    mtp__heap_validate(h); /* every listed block in a slab the heap owns */
+  }
+  CHECK_EQ_SZ(h->hot_n[i], 0); /* given back when the first slab was let go */
+  for (uint32_t k = 0; k < n; k++) mtp_free(a[k]);
+  free(a);
+  check_live(pool, b, N);
+  drop(pool, b, N);
 }
 
 int main(void) {
@@ -768,5 +909,8 @@ int main(void) {
   RUN(test_full_trade);
   RUN(test_stand_in);
   RUN(test_stand_in_switch);
+  RUN(test_hot_lists);
+  RUN(test_hot_trim_keeps_newest);
+  RUN(test_hot_before_detach);
   DONE();
 }

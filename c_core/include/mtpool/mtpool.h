@@ -210,7 +210,8 @@ MTP_API const char *mtp_pool_name(const mtp_pool_t *pool) MTP_NOEXCEPT;
  * ----------------------------------------------------------------------------------------------*/
 
 /* Return every empty page of pool (NULL: the default pool) to the OS now, including empty slabs
- * other threads keep cached and slabs emptied by other threads' frees. Returns the bytes returned. */
+ * other threads keep cached and slabs emptied by other threads' frees; the calling thread's freed
+ * blocks kept for reuse go back to their slabs first. Returns the bytes returned. */
 MTP_API size_t mtp_pool_trim(mtp_pool_t *pool) MTP_NOEXCEPT;
 
 /* Hand the calling thread's cached memory in every pool back to the pools (empty slabs, slabs
@@ -230,8 +231,9 @@ MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
  * reserved and free bytes, and totals. Returns 0, EINVAL (out NULL) or EIO. */
 MTP_API int mtp_print_stats(FILE *out) MTP_NOEXCEPT;
 
-/* Return every empty page of every live pool to the OS now (mtp_pool_trim on each pool).
- * Returns the bytes returned in all. Thread-safe; used by the drop-in malloc's malloc_trim. */
+/* Return every empty page of every live pool to the OS now (mtp_pool_trim on each pool; the
+ * calling thread's kept blocks of the default pool first). Returns the bytes returned in all.
+ * Thread-safe; used by the drop-in malloc's malloc_trim. */
 MTP_API size_t mtp_trim_all(void) MTP_NOEXCEPT;
 
 /* Iterate the live pools' statistics: fills *out for the first live pool whose id is >= *cursor

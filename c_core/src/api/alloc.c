@@ -34,20 +34,6 @@ const char *mtp_version(void) {
 
 /* ---- allocation ---- */
 
-/* The class of a pooled size into *cls; false above MTP_MAX_SMALL. Sizes up to 1 KiB come
- * first, so their path has one compare; 1-32 KiB take a second compare and the second table. */
-MTP_INLINE bool class_fast(size_t size, unsigned *cls) {
-  if (MTP_LIKELY(size <= MTP_DIRECT_MAX)) {
-    *cls = mtp__class_direct[(size + 7) >> 3];
-    return true;
-  }
-  if (MTP_LIKELY(size <= MTP_MAX_SMALL)) {
-    *cls = mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT];
-    return true;
-  }
-  return false;
-}
-
 MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls) {
   mtpi_page_t *s = h->current[cls];
   mtpi_block_t *b = mtp__slab_pop(s);
@@ -56,12 +42,33 @@ MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls) {
   return b;
 }
 
+/* A class above MTP_DIRECT_MAX: the block this thread freed last of the class (its hot list,
+ * heap.c), its lines likely still cached, else the current slab's. */
+MTP_INLINE void *heap_alloc_hot(mtpi_heap_t *h, unsigned cls) {
+  unsigned i = cls - MTP_HOT_FIRST;
+  mtpi_block_t *b = h->hot[i];
+  if (b == NULL) return heap_alloc_fast(h, cls);
+  h->hot[i] = mtp__block_take(b);
+  h->hot_n[i]--;
+  h->m.allocs++;
+  mtp__track_alloc(b, mtp__class_size[cls]);
+  return b;
+}
+
+/* A pooled size from h's fast paths; NULL: the slow path's (above MTP_MAX_SMALL too). Sizes up to
+ * 1 KiB come first, so their path has one compare; 1-32 KiB take a second compare, the second
+ * table and the hot list. */
+MTP_INLINE void *alloc_fast(mtpi_heap_t *h, size_t size) {
+  if (MTP_LIKELY(size <= MTP_DIRECT_MAX))
+    return heap_alloc_fast(h, mtp__class_direct[(size + 7) >> 3]);
+  if (MTP_LIKELY(size <= MTP_MAX_SMALL))
+    return heap_alloc_hot(h, mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT]);
+  return NULL;
+}
+
 void *mtp_alloc(size_t size) {
-  unsigned cls;
-  if (MTP_LIKELY(class_fast(size, &cls))) {
-    void *p = heap_alloc_fast(mtp__tl_default_heap, cls);
-    if (MTP_LIKELY(p != NULL)) return p;
-  }
+  void *p = alloc_fast(mtp__tl_default_heap, size);
+  if (MTP_LIKELY(p != NULL)) return p;
   return mtp__heap_alloc_slow(mtp__default(), size);
 }
 
@@ -69,10 +76,8 @@ void *mtp_pool_alloc(mtp_pool_t *pool_, size_t size) {
   mtpi_pool_t *pool = mtp__pool_in(pool_);
   if (pool == NULL) return mtp_alloc(size);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  unsigned cls;
-  if (MTP_LIKELY(h != NULL && class_fast(size, &cls)) &&
-      MTP_LIKELY(mtp__member_pool(&h->m) == pool)) {
-    void *p = heap_alloc_fast(h, cls);
+  if (MTP_LIKELY(h != NULL && mtp__member_pool(&h->m) == pool)) {
+    void *p = alloc_fast(h, size);
     if (MTP_LIKELY(p != NULL)) return p;
   }
   return mtp__heap_alloc_slow(pool, size);
@@ -137,6 +142,17 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
   errno = e;
 }
 
+/* The owner's free of a block above MTP_DIRECT_MAX: onto its heap's hot list of the class, for
+ * the next allocation of the class to take back (heap.c); a full list is trimmed there first. */
+MTP_INLINE void free_hot(mtpi_page_t *s, mtpi_block_t *b) {
+  mtpi_heap_t *h = mtp__slab_heap(s);
+  unsigned cls = s->cls;
+  if (MTP_UNLIKELY(h->hot_n[cls - MTP_HOT_FIRST] >= h->hot_cap[cls - MTP_HOT_FIRST]))
+    mtp__heap_free_hot(s, b);
+  else
+    mtp__hot_push(h, cls, b);
+}
+
 /* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
  * sends a block never handed out to the slow path, which reports it: pushing it would let the
  * free list and the carving hand it out twice. An interior pointer into a handed-out block is
@@ -153,8 +169,16 @@ MTP_INLINE void free_fast(mtpi_page_t *d, mtpi_page_t *s, void *p) {
      * so that the usual case saves no registers) */
     if (MTP_UNLIKELY(mtp__block_tagged(b)))
       mtp__heap_free_tagged(s, b);
+    else if (s->block_size > MTP_DIRECT_MAX) /* in the descriptor's first line, beside owner */
+      free_hot(s, b);
     else if (mtp__slab_push_untagged(s, b))
       mtp__heap_retire_local(s);
+  } else if (mtp__load_relaxed(&s->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
+             s->block_size > MTP_DIRECT_MAX && (char *)b < mtp__slab_bump_owner(s) &&
+             !mtp__block_tagged(b)) {
+    /* one of this thread's exhausted slabs, above 1 KiB: listed as well (a cache of 20,000
+     * blocks of 2,000 bytes replaced at random: 0.142 -> 0.114 s, tcmalloc 0.112) */
+    free_hot(s, b);
   } else {
     mtp__heap_free_other(d, b);
   }

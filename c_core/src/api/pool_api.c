@@ -28,12 +28,15 @@ const char *mtp_pool_name(const mtp_pool_t *pool) {
 size_t mtp_pool_trim(mtp_pool_t *pool_) {
   mtpi_pool_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
   mtp__checked_scan(p);
+  mtp__heap_unlist(p);
   mtp__heap_shared_trim(p);
   return mtp__pool_trim(p);
 }
 
 size_t mtp_trim_all(void) {
-  mtp__default();
+  /* the calling thread's kept blocks of the default pool only: another pool may be being
+   * destroyed by another thread meanwhile, and its heap's slabs with it */
+  mtp__heap_unlist(mtp__default());
   mtp__heap_shared_trim_all();
   return mtp__pool_trim_all();
 }

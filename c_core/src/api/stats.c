@@ -54,6 +54,7 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) out->classes[c].block_size = mtp__class_size[c];
   uint64_t allocs, remote;
   size_t spans = 0, span_bytes = 0; /* medium blocks: in the regions, shown as large blocks */
+  size_t listed[MTP_NUM_CLASSES] = {0};
   mtp__pool_lock(p);
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
@@ -69,12 +70,14 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
     mtpi_member_t *m = MTP_CONTAINER(it, mtpi_member_t, link);
     allocs += heap_allocs(m);
     remote += heap_remote(m);
-    /* blocks a thread freed and lists for reuse (heap.c: the stand-in): freed, though their slabs
-     * count them as used */
-    unsigned cls;
-    size_t n = mtp__heap_listed(m, &p->rs, &cls, NULL, 0);
+    /* blocks threads freed and list for reuse (heap.c: the stand-in, the hot lists): freed,
+     * though their slabs count them as used */
+    (void)mtp__heap_listed(m, &p->rs, listed, NULL, 0);
+  }
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    size_t n = listed[c];
     if (n == 0) continue;
-    mtp_class_stats_t *cs = &out->classes[cls];
+    mtp_class_stats_t *cs = &out->classes[c];
     if (n > cs->blocks_in_use) n = cs->blocks_in_use; /* racy figures: never below zero */
     cs->blocks_in_use -= n;
     out->blocks_in_use -= n;

@@ -39,8 +39,9 @@ MTP_NO_TSAN static void mark_list(const mtpi_page_t *s, char *start, char *bump,
   }
 }
 
-/* Blocks that threads freed and list for reuse (heap.c: the stand-in), which their slabs count
- * as used: gathered before the walk (pool lock held), to be marked free with the slab's lists. */
+/* Blocks that threads freed and list for reuse (heap.c: the stand-in, the hot lists), which their
+ * slabs count as used: gathered before the walk (pool lock held), to be marked free with the
+ * slab's lists. */
 typedef struct {
   void **at;
   size_t n, cap;
@@ -49,10 +50,8 @@ typedef struct {
 static void listed_gather(mtpi_pool_t *pool, listed_t *l) {
   l->n = l->cap = 0;
   l->at = NULL;
-  for (mtpi_node_t *it = pool->members; it; it = it->next) {
-    unsigned cls;
-    l->cap += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, &cls, NULL, 0);
-  }
+  for (mtpi_node_t *it = pool->members; it; it = it->next)
+    l->cap += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, NULL, NULL, 0);
   if (l->cap == 0) return;
   /* no malloc here: mtpool may be the process's malloc, and the pool lock is held */
   size_t page = mtp__os_page_size(); /* whole pages: as many entries as they hold */
@@ -62,11 +61,9 @@ static void listed_gather(mtpi_pool_t *pool, listed_t *l) {
     l->cap = 0;
     return;
   }
-  for (mtpi_node_t *it = pool->members; it && l->n < l->cap; it = it->next) {
-    unsigned cls;
-    l->n += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, &cls, l->at + l->n,
+  for (mtpi_node_t *it = pool->members; it && l->n < l->cap; it = it->next)
+    l->n += mtp__heap_listed(MTP_CONTAINER(it, mtpi_member_t, link), &pool->rs, NULL, l->at + l->n,
                              l->cap - l->n);
-  }
 }
 
 static void listed_mark(const listed_t *l, char *start, char *bump, uint32_t bs, uint8_t *seen) {

@@ -87,6 +87,10 @@
 /* Size classes (size_class.c): at most MTP_STATS_MAX_CLASSES (the public statistics' array, part
  * of the ABI), checked there. */
 #define MTP_NUM_CLASSES 64
+/* Classes above MTP_DIRECT_MAX (1,152 B - 32 KiB) have hot lists in each heap (heap.c); the
+ * first of them, checked against the table in size_class.c. */
+#define MTP_HOT_FIRST 32
+#define MTP_HOT_CLASSES (MTP_NUM_CLASSES - MTP_HOT_FIRST)
 
 /* ------------------------------------------------------------------------------------------------
  * Blocks and page descriptors
@@ -353,6 +357,12 @@ struct mtpi_heap {
   uint16_t tight_run;    /* ... made while the current slab was exhausted too, and how many in a row */
   uint32_t stand_pushed; /* blocks listed since it began serving; less stand_in.used: listed now */
   mtpi_page_t stand_in;  /* not a slab: free (the list), used (the fast path's pops), block_size */
+  /* The hot lists (heap.c): per class above MTP_DIRECT_MAX, blocks this thread freed into its own
+   * slabs, newest first, which the allocation fast path hands out before any slab's. Owner only;
+   * read racily by statistics and the heap walk (mtp__heap_listed). */
+  mtpi_block_t *hot[MTP_HOT_CLASSES];
+  uint8_t hot_n[MTP_HOT_CLASSES];   /* blocks on each list */
+  uint8_t hot_cap[MTP_HOT_CLASSES]; /* each list's bound (heap.c, hot_max) */
 };
 
 /* Per-thread record; its address is the thread's ownership token. Heaps of pools 0 ..

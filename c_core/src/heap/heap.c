@@ -28,6 +28,8 @@ static int key_state; /* written in the once and by the destructor (no thread ru
 
 static void thread_exit(void *arg);
 static void thread_release(void);
+static uint8_t hot_max(unsigned cls);                 /* the hot lists, below */
+static void hot_return(mtpi_heap_t *h, unsigned cls);
 /* Set by this thread's teardown (thread_exit). Other libraries' thread-exit destructors may still
  * allocate after it, in a round of destructors that may not call ours again (the last of the C
  * library's PTHREAD_DESTRUCTOR_ITERATIONS): such a thread keeps nothing, it hands its heaps back
@@ -89,6 +91,7 @@ static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
     h->current[c] = &mtp__slab_empty;
     h->full_limit[c] = MTP_FULL_PER_CLASS;
+    if (c >= MTP_HOT_FIRST) h->hot_cap[c - MTP_HOT_FIRST] = hot_max(c);
   }
   h->stand_cls = MTP_NUM_CLASSES;
   h->tight_cls = MTP_NUM_CLASSES;
@@ -147,7 +150,12 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
   if (h->full_limit[cls] == FULL_UNBOUNDED) return;
   /* The shared heap keeps none: its blocks are all freed by others, who release the slab once
    * they have freed it all (detached slabs, slab.h), rather than it waiting for its next use. */
-  if (++h->full_count[cls] <= (h->m.shared ? 0u : h->full_limit[cls])) return;
+  unsigned keep = h->m.shared ? 0u : h->full_limit[cls];
+  if (++h->full_count[cls] <= keep) return;
+  if (cls >= MTP_HOT_FIRST && h->hot_n[cls - MTP_HOT_FIRST] != 0) { /* the hot lists' invariant */
+    hot_return(h, cls);
+    if (h->full_count[cls] <= keep) return; /* listed blocks gave exhausted slabs room */
+  }
   mtpi_page_t *old = page_of(h->full[cls]); /* the front: the oldest */
   full_remove(h, old);
   uint32_t n;
@@ -193,7 +201,8 @@ static void full_keep_more(mtpi_heap_t *h, unsigned cls) {
  * current slot: such a free pushes the block on the stand-in's list (the block stays counted as
  * used by its slab), and the allocation fast path pops it as from a slab. The gate keeps mixed
  * sizes off it (a class switch gives every listed block back). One class at a time, at most
- * stand_max blocks (STAND_BYTES of them, 4 to 64): each pins its slab.
+ * stand_max blocks (STAND_BYTES of them, 4 to 64): each pins its slab. It serves classes up to
+ * MTP_DIRECT_MAX only: above, the hot lists (below) take these frees.
  * Invariants (mtp__heap_validate_class checks them):
  *   - stand_cls is the class served or MTP_NUM_CLASSES; it serves cls exactly while current[cls]
  *     is the stand-in. It leaves that slot only dry (heap_take, room_again: stand_drop) or through
@@ -257,11 +266,12 @@ static bool unlist(mtpi_heap_t *h, mtpi_page_t *s, mtpi_block_t *b) {
   return --s->used == 0;
 }
 
-/* Blocks taken off the list (stand_take_all) back to their slabs, as a free of the owner would.
+/* Blocks taken off a list (the stand-in's or a hot list) back to their slabs, as a free of the
+ * owner would.
  * Not under the pool lock: a slab that empties is retired, which may go to the pool and wake the
  * purger (whose creation allocates, on this thread): so the heap must be consistent before, with
  * the blocks off every list. */
-static void stand_return(mtpi_heap_t *h, mtpi_block_t *b) {
+static void return_listed(mtpi_heap_t *h, mtpi_block_t *b) {
   while (b != NULL) {
     mtpi_block_t *next = mtp__block_next(b);
     mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
@@ -296,7 +306,7 @@ static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_page_t *cur, unsigned 
   h->stand_cap = (uint8_t)stand_max(cls);
   h->current[cls] = si;
   stand_push(h, b);
-  stand_return(h, old);
+  return_listed(h, old);
 }
 
 /* A free into one of h's exhausted slabs of class cls while cur, the current slab, is exhausted
@@ -313,6 +323,117 @@ static bool stand_gate(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_bloc
   }
   stand_begin(h, cur, cls, b);
   return true;
+}
+
+/* ---- the hot lists ----
+ *
+ * Above MTP_DIRECT_MAX a block is 1,152 B - 32 KiB, and handing out a cold one costs more than the
+ * allocator's instructions: a slab hands out the block freed last into that slab, while a thread
+ * that replaces blocks of mixed sizes at random frees into a different slab nearly every time (60%
+ * of mtp_alloc's samples were the load of the cold block's link; gp_bench churn_1k_32k, 1 thread,
+ * 1.2-1.3x tcmalloc's time). So each heap keeps, per class above MTP_DIRECT_MAX, a LIFO of blocks
+ * its thread freed into its own slabs (the free fast path's owner case, exhausted slabs included),
+ * and the allocation fast path pops it before the current slab: the block handed out is the one
+ * freed last of its class, as with tcmalloc's thread caches. A listed block stays counted as used
+ * by its slab. At most HOT_MAX blocks and HOT_BYTES a class: a free into a full list first sends
+ * the list's older half back to its slabs (hot_trim). Smaller bounds lost: each trim walks and
+ * returns blocks gone cold, and with 64 KiB a class (2-32 blocks) churn_1k_32k took 0.092 s
+ * against 0.064 with no lists and 0.060 with these (bench/results/notes.md). The stand-in (above)
+ * never serves these classes: their frees into exhausted slabs are listed here.
+ * Invariants (mtp__heap_validate_class checks them):
+ *   - every listed block of class c (hot[c - MTP_HOT_FIRST]) is a handed-out block of a slab of c
+ *     this heap owns (owner word token(h), FULL mark or not); hot_n counts each list, at most
+ *     hot_cap (hot_max). A heap lets a slab go in two places only: slab_to_full (the class's
+ *     list goes back to its slabs first, hot_return) and abandon at thread exit or flush (every
+ *     list first, hot_give_back_locked). A slab is retired only when its used count reaches 0,
+ *     which a listed block prevents.
+ *   - a listed block's link word is encoded as on any free list: a second free of it looks
+ *     tagged and is looked for on the list (hot_holds), so it is reported as a double free.
+ *   - the shared heaps list nothing: no thread frees into their slabs as owner.
+ *   - statistics and the heap walk read the lists racily under the pool lock (mtp__heap_listed),
+ *     as they do the stand-in's. Trim gives the calling thread's lists back (mtp__heap_unlist). */
+#define HOT_MAX 32                    /* blocks per class */
+#define HOT_BYTES ((size_t)256 << 10) /* per class: 32 KiB blocks, 8 at most */
+
+/* Class cls's bound: HOT_BYTES of blocks, 2 to HOT_MAX of them. */
+static uint8_t hot_max(unsigned cls) {
+  size_t n = HOT_BYTES / mtp__class_size[cls];
+  return (uint8_t)(n < 2 ? 2 : n > HOT_MAX ? HOT_MAX : n);
+}
+
+/* Class cls's list is at a bound: its older half goes back to the slabs, so the list keeps the
+ * blocks freed last (tcmalloc's thread caches give back a batch the same way). Cut first: the heap
+ * is consistent before return_listed may retire a slab. */
+static MTP_NOINLINE void hot_trim(mtpi_heap_t *h, unsigned cls) {
+  unsigned i = cls - MTP_HOT_FIRST, keep = h->hot_n[i] / 2;
+  mtpi_block_t *old = h->hot[i];
+  if (keep == 0) {
+    h->hot[i] = NULL;
+  } else {
+    mtpi_block_t *last = old;
+    for (unsigned k = 1; k < keep; k++) last = mtp__block_next(last);
+    old = mtp__block_next(last);
+    mtp__block_set_next(last, NULL);
+  }
+  h->hot_n[i] = (uint8_t)keep;
+  return_listed(h, old);
+}
+
+MTP_NOINLINE void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b) {
+  mtpi_heap_t *h = mtp__slab_heap(s);
+  MTP_ASSERT(s->cls >= MTP_HOT_FIRST && s->cls < MTP_NUM_CLASSES);
+  hot_trim(h, s->cls);
+  mtp__hot_push(h, s->cls, b);
+}
+
+/* Whether b, a tagged block of class cls, is listed (walks one list, HOT_MAX at most). */
+static bool hot_holds(const mtpi_heap_t *h, unsigned cls, const mtpi_block_t *b) {
+  if (cls < MTP_HOT_FIRST) return false;
+  unsigned i = cls - MTP_HOT_FIRST, n = h->hot_n[i];
+  for (mtpi_block_t *it = h->hot[i]; it != NULL && n > 0; it = mtp__block_next(it), n--)
+    if (it == b) return true;
+  return false;
+}
+
+/* Take class cls's list off (its blocks for the caller to give back). */
+static mtpi_block_t *hot_take(mtpi_heap_t *h, unsigned cls) {
+  unsigned i = cls - MTP_HOT_FIRST;
+  mtpi_block_t *list = h->hot[i];
+  h->hot[i] = NULL;
+  h->hot_n[i] = 0;
+  return list;
+}
+
+/* slab_to_full is about to let a slab of cls go: every listed block of cls back onto its slab
+ * first, and an exhausted slab that gets one back joins the partial queue. A slab that empties is
+ * not retired here (that may wake the purger, whose creation allocates on this thread, while the
+ * caller's lists are mid-change: see return_listed); it stays on the partial queue, the next
+ * slab the class takes. */
+static void hot_return(mtpi_heap_t *h, unsigned cls) {
+  for (mtpi_block_t *b = hot_take(h, cls), *next; b != NULL; b = next) {
+    next = mtp__block_next(b);
+    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
+    if (s->list == MTP_LIST_HEAP_FULL) {
+      full_remove(h, s);
+      partial_push(h, s);
+    }
+    (void)unlist(h, s, b);
+  }
+}
+
+/* Pool lock held (thread exit, flush): every listed block back onto its slab, before the slabs
+ * are given back; a slab that empties is released by abandon_slab (used is 0). */
+static void hot_give_back_locked(mtpi_heap_t *h) {
+  for (unsigned c = MTP_HOT_FIRST; c < MTP_NUM_CLASSES; c++)
+    for (mtpi_block_t *b = hot_take(h, c), *next; b != NULL; b = next) {
+      next = mtp__block_next(b);
+      (void)unlist(h, mtp__slab_of((uintptr_t)b), b);
+    }
+}
+
+/* A tagged block freed into one of h's slabs s: whether it is listed (a double free). */
+static bool listed(const mtpi_heap_t *h, const mtpi_page_t *s, const mtpi_block_t *b) {
+  return stand_holds(h, b) || hot_holds(h, s->cls, b);
 }
 
 /* s, an exhausted slab of h's, owned and on none of its lists, is getting a block back from this
@@ -547,13 +668,14 @@ MTP_NOINLINE void mtp__heap_retire_local(mtpi_page_t *s) {
 }
 
 static void report_listed(mtpi_block_t *b) {
-  mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block was freed already: the thread's stand-in list)", b);
+  mtp__error(MTP_ERR_DOUBLE_FREE,
+             "double free (block was freed already: listed for reuse by the thread)", b);
 }
 
 /* Free b into s when this thread owns it (the slow paths' push). A tagged block may be listed by
  * the stand-in rather than on s's lists: looked for there too. */
 static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
-  if (MTP_UNLIKELY(mtp__block_tagged(b)) && stand_holds(mtp__slab_heap(s), b)) {
+  if (MTP_UNLIKELY(mtp__block_tagged(b)) && listed(mtp__slab_heap(s), s, b)) {
     report_listed(b);
     return;
   }
@@ -577,7 +699,7 @@ static void free_into_full(mtpi_page_t *s, mtpi_block_t *b) {
   /* A tagged block (a possible double free) is never listed; checked before the lists change: a
    * listed block's slab must not look as if it had room. */
   bool tagged = mtp__block_tagged(b);
-  if (MTP_UNLIKELY(tagged) && stand_holds(h, b)) {
+  if (MTP_UNLIKELY(tagged) && listed(h, s, b)) {
     report_listed(b);
     return;
   }
@@ -729,21 +851,13 @@ MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   errno = e;
 }
 
-MTP_NO_TSAN uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigned *cls, void **out,
-                                      size_t max) {
-  if (m->shared) return 0;
-  mtpi_heap_t *h = MTP_CONTAINER(m, mtpi_heap_t, m);
-  unsigned c = *(volatile uint8_t *)&h->stand_cls;
-  if (c >= MTP_NUM_CLASSES) return 0;
-  *cls = c;
-  uint32_t n = *(volatile uint32_t *)&h->stand_pushed - *(volatile uint32_t *)&h->stand_in.used;
-  if (n > stand_max(c)) n = stand_max(c); /* a torn read while the owner works */
-  if (out == NULL) return n;
-  uint32_t k = 0;
-  mtpi_block_t *b = *(mtpi_block_t *volatile *)&h->stand_in.free;
+/* Up to max of the n blocks of class c listed from head into out, following a link only from a
+ * block of one of rs's slabs of c: the owner may pop one meanwhile and its user overwrite the link
+ * (rs's regions stay mapped while the pool lock is held). */
+MTP_NO_TSAN static size_t listed_copy(mtpi_rset_t *rs, unsigned c, mtpi_block_t *b, size_t n,
+                                      void **out, size_t max) {
+  size_t k = 0;
   for (; b != NULL && k < n && k < max; k++) {
-    /* the owner may pop b meanwhile and its user overwrite the link: follow only a block of
-     * one of rs's slabs of the class (rs's regions stay mapped while the pool lock is held) */
     uintptr_t u = (uintptr_t)b;
     if (!mtp__is_region_ptr(u) || !mtp__region_listed(rs, b)) break;
     mtpi_page_t *s = mtp__slab_of(u);
@@ -755,6 +869,32 @@ MTP_NO_TSAN uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigne
     b = mtp__block_next(b);
   }
   return k;
+}
+
+MTP_NO_TSAN size_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, size_t *per_class,
+                                    void **out, size_t max) {
+  if (m->shared) return 0;
+  mtpi_heap_t *h = MTP_CONTAINER(m, mtpi_heap_t, m);
+  size_t total = 0;
+  unsigned c = *(volatile uint8_t *)&h->stand_cls;
+  if (c < MTP_NUM_CLASSES) {
+    uint32_t n = *(volatile uint32_t *)&h->stand_pushed - *(volatile uint32_t *)&h->stand_in.used;
+    if (n > stand_max(c)) n = stand_max(c); /* a torn read while the owner works */
+    if (out != NULL)
+      n = (uint32_t)listed_copy(rs, c, *(mtpi_block_t *volatile *)&h->stand_in.free, n, out, max);
+    if (per_class != NULL) per_class[c] += n;
+    total += n;
+  }
+  for (c = MTP_HOT_FIRST; c < MTP_NUM_CLASSES; c++) {
+    size_t n = *(volatile uint8_t *)&h->hot_n[c - MTP_HOT_FIRST];
+    if (n == 0) continue;
+    if (out != NULL)
+      n = listed_copy(rs, c, *(mtpi_block_t *volatile *)&h->hot[c - MTP_HOT_FIRST], n, out + total,
+                      max - total);
+    if (per_class != NULL) per_class[c] += n;
+    total += n;
+  }
+  return total;
 }
 
 /* ---- thread exit and flush ----
@@ -792,6 +932,7 @@ static void abandon_slab(mtpi_pool_t *pool, mtpi_heap_t *h, mtpi_page_t *s, uint
 static void heap_give_back_locked(mtpi_pool_t *pool, mtpi_heap_t *h) {
   MTP_VALIDATE(mtp__heap_validate(h));
   stand_give_back_locked(h);
+  hot_give_back_locked(h);
   uint64_t now = mtp__os_now_ms();
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
     mtpi_page_t *s = h->current[c];
@@ -852,6 +993,17 @@ void mtp__heap_shared_trim_all(void) {
   if (due) mtp__purger_wake();
 }
 
+static void heap_unlist(mtpi_heap_t *h) {
+  if (h->stand_cls != MTP_NUM_CLASSES) return_listed(h, stand_take_all(h));
+  for (unsigned c = MTP_HOT_FIRST; c < MTP_NUM_CLASSES; c++)
+    if (h->hot_n[c - MTP_HOT_FIRST] != 0) return_listed(h, hot_take(h, c));
+}
+
+void mtp__heap_unlist(mtpi_pool_t *pool) {
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  if (h != NULL && mtp__member_pool(&h->m) == pool) heap_unlist(h);
+}
+
 /* Give every heap of t (this thread's record) back. Returns whether the purger is due a wake,
  * which the caller makes last (see above). */
 static bool thread_abandon(mtpi_thread_t *t) {
@@ -896,10 +1048,6 @@ static void thread_exit(void *arg) {
 }
 
 /* ---- validity (MTP_DEBUG 2) ---- */
-
-void mtp__heap_validate(mtpi_heap_t *h) {
-  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) mtp__heap_validate_class(h, c);
-}
 
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
   uintptr_t me = token(h);
@@ -948,4 +1096,21 @@ void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
     MTP_ASSERT(h->m.shared || h->full_limit[c] >= MTP_FULL_PER_CLASS);
     MTP_ASSERT(h->full_limit[c] == FULL_UNBOUNDED || h->full_limit[c] <= FULL_COUNTED_MAX);
   }
+  if (c >= MTP_HOT_FIRST) { /* every listed block: a handed-out block of one of our slabs of c */
+    unsigned i = c - MTP_HOT_FIRST, n = 0;
+    for (mtpi_block_t *b = h->hot[i]; b != NULL; b = mtp__block_next(b), n++) {
+      mtpi_page_t *bs = mtp__slab_of((uintptr_t)b);
+      MTP_ASSERT(bs->kind == MTP_PAGE_SLAB && bs->cls == c && mtp__slab_heap(bs) == h);
+      MTP_ASSERT((mtp__load_relaxed(&bs->owner) & ~MTP_OWNER_FULL) == me);
+      MTP_ASSERT((char *)b < mtp__slab_bump_owner(bs) && MTP_USED(bs) > 0);
+      MTP_ASSERT((size_t)((char *)b - mtp__page_start(bs)) % bs->block_size == 0);
+      MTP_ASSERT(n < h->hot_cap[i]);
+    }
+    MTP_ASSERT(n == h->hot_n[i] && !(h->m.shared && n));
+    MTP_ASSERT(h->m.shared || h->hot_cap[i] == hot_max(c));
+  }
+}
+
+void mtp__heap_validate(mtpi_heap_t *h) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) mtp__heap_validate_class(h, c);
 }

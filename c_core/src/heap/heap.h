@@ -34,6 +34,9 @@ void mtp__heap_span_free(mtpi_page_t *s, void *p, size_t size, bool sized);
  * second, every pool's. Then mtp__pool_trim and mtp__pool_trim_all purge them. */
 void mtp__heap_shared_trim(mtpi_pool_t *pool);
 void mtp__heap_shared_trim_all(void);
+/* Trim: the calling thread's listed blocks (its stand-in and hot lists) in pool back onto their
+ * slabs, so that slabs they kept from emptying can be retired. No lock held. */
+void mtp__heap_unlist(mtpi_pool_t *pool);
 /* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
  * are not owned, misuse. */
 void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
@@ -45,11 +48,26 @@ void mtp__heap_retire_local(mtpi_page_t *s);
 /* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
  * against the slab's lists (a double free is reported), else pushed. */
 void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
+/* The owner's free of untagged b into s, a slab of a class above MTP_DIRECT_MAX, when its heap's
+ * hot list of the class is full: the list's older half goes back to its slabs, then b is listed. */
+void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b);
+
+/* b, freed by the owner of its slab of class cls (above MTP_DIRECT_MAX), onto h's hot list of the
+ * class (heap.c: the hot lists), which has room. */
+static inline void mtp__hot_push(mtpi_heap_t *h, unsigned cls, mtpi_block_t *b) {
+  unsigned i = cls - MTP_HOT_FIRST;
+  mtp__block_set_next(b, h->hot[i]);
+  mtp__track_free(b, mtp__class_size[cls]);
+  h->hot[i] = b;
+  h->hot_n[i]++;
+}
 /* Statistics and the heap walk, pool lock held: how many blocks member m's heap lists on its
- * stand-in (heap.c; 0 for a shared heap), and their class (*cls). With out, up to max of the
- * blocks themselves, each checked to be a block of one of rs's slabs before its link is followed.
- * Read racily: exact when the owner thread is quiet. */
-uint32_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, unsigned *cls, void **out, size_t max);
+ * stand-in and hot lists (heap.c; 0 for a shared heap), freed though their slabs count them as
+ * used; added per class to per_class[MTP_NUM_CLASSES] unless it is NULL. With out, up to max of
+ * the blocks themselves, each checked to be a block of one of rs's slabs before its link is
+ * followed. Read racily: exact when the owner thread is quiet. */
+size_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, size_t *per_class, void **out,
+                        size_t max);
 /* MTP_DEBUG 2: h's lists and its slabs against their owner marks and counts. */
 void mtp__heap_validate(mtpi_heap_t *h);
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
