@@ -865,33 +865,6 @@ static void test_hot_trim_keeps_newest(void) {
   drop(pool, b, N);
 }
 
-/* The free of a slab's last block in use is not listed: the slab empties and is retired (cached
- * by the heap), so listed blocks alone keep fewer slabs from the purge. */
-static void test_hot_last_block(void) {
-  const size_t size = 2048;
-  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
-  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / size);
-  void **b;
-  mtpi_pool_t *pool = fill(size, cap + 1, &b);
-  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
-  CHECK(s->list == MTP_LIST_HEAP_FULL && mtp__slab_of((uintptr_t)b[cap]) != s);
-  for (uint32_t k = 1; k < cap; k++) mtp_free(b[k]); /* listed, from an exhausted slab too */
-  CHECK_EQ_SZ(h->hot_n[i], cap - 1);
-  CHECK_EQ_SZ(MTP_USED(s), cap);
-  mtp_pool_trim(mtp__pool_out(pool)); /* back to the slab: one block in use */
-  CHECK_EQ_SZ(h->hot_n[i], 0);
-  CHECK_EQ_SZ(MTP_USED(s), 1);
-  CHECK_EQ_SZ(s->list, MTP_LIST_HEAP_PARTIAL);
-  mtp_free(b[0]);
-  CHECK_EQ_SZ(h->hot_n[i], 0);
-  CHECK_EQ_SZ(s->list, MTP_LIST_HEAP_CACHE);
-  mtp__heap_validate(h);
-  for (uint32_t k = 0; k < cap; k++) b[k] = NULL;
-  check_live(pool, b, cap + 1);
-  drop(pool, b, cap + 1);
-}
-
 /* A slab the heap lets go (slab_to_full past the full list's bound) must not hold listed blocks:
  * the class's list goes back to its slabs first. Aligned allocations take the slow path, which
  * leaves the list alone, so the slabs fill while blocks are listed. */
@@ -938,7 +911,6 @@ int main(void) {
   RUN(test_stand_in_switch);
   RUN(test_hot_lists);
   RUN(test_hot_trim_keeps_newest);
-  RUN(test_hot_last_block);
   RUN(test_hot_before_detach);
   DONE();
 }

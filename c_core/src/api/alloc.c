@@ -143,13 +143,11 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
 }
 
 /* The owner's free of a block above MTP_DIRECT_MAX: onto its heap's hot list of the class, for
- * the next allocation of the class to take back (heap.c). A full list, or the slab's last block
- * in use, goes to mtp__heap_free_hot. */
+ * the next allocation of the class to take back (heap.c); a full list is trimmed there first. */
 MTP_INLINE void free_hot(mtpi_page_t *s, mtpi_block_t *b) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   unsigned cls = s->cls;
-  if (MTP_UNLIKELY(h->hot_n[cls - MTP_HOT_FIRST] >= h->hot_cap[cls - MTP_HOT_FIRST] ||
-                   MTP_USED(s) == 1))
+  if (MTP_UNLIKELY(h->hot_n[cls - MTP_HOT_FIRST] >= h->hot_cap[cls - MTP_HOT_FIRST]))
     mtp__heap_free_hot(s, b);
   else
     mtp__hot_push(h, cls, b);

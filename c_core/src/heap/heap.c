@@ -339,13 +339,11 @@ static bool stand_gate(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_bloc
  * the list's older half back to its slabs (hot_trim). Smaller bounds lost: each trim walks and
  * returns blocks gone cold, and with 64 KiB a class (2-32 blocks) churn_1k_32k took 0.092 s
  * against 0.064 with no lists and 0.060 with these (bench/results/notes.md). The stand-in (above)
- * never serves these classes: their frees into exhausted slabs are listed here. The free of a
- * slab's last block in use is not listed: the slab empties and is retired as before, so a thread
- * that frees many blocks and then idles keeps less from the purge (2,048 B blocks freed in random
- * order: 6.3% of the peak kept, 5.7% with this; 16 KiB: 11.6%, 6.7%). What it keeps is the listed
- * blocks' slabs, until it allocates again, trims, flushes or exits. Not listing a slab's last four
- * or eight blocks kept less (2-4%) but made churn_1k_32k slower than no lists: its slabs hold few
- * blocks in use.
+ * never serves these classes: their frees into exhausted slabs are listed here. The cost: a thread
+ * that frees many blocks and then idles keeps its listed blocks' slabs from the purge until it
+ * allocates again, trims, flushes or exits (2,048 B blocks freed in random order: 6.3% of the
+ * peak kept, 0.7% without lists). Not listing the free of a slab's last block in use kept 5.7%,
+ * but its test on the fast path made a 2,000 B cache 10% slower; it was not kept.
  * Invariants (mtp__heap_validate_class checks them):
  *   - every listed block of class c (hot[c - MTP_HOT_FIRST]) is a handed-out block of a slab of c
  *     this heap owns (owner word token(h), FULL mark or not); hot_n counts each list, at most
@@ -388,11 +386,6 @@ static MTP_NOINLINE void hot_trim(mtpi_heap_t *h, unsigned cls) {
 MTP_NOINLINE void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   MTP_ASSERT(s->cls >= MTP_HOT_FIRST && s->cls < MTP_NUM_CLASSES);
-  if (MTP_USED(s) == 1) { /* not exhausted (every slab holds 16 or more): pushed, retired */
-    MTP_ASSERT(mtp__load_relaxed(&s->owner) == token(h));
-    if (mtp__slab_push_untagged(s, b)) mtp__heap_retire_local(s);
-    return;
-  }
   hot_trim(h, s->cls);
   mtp__hot_push(h, s->cls, b);
 }

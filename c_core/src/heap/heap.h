@@ -49,8 +49,7 @@ void mtp__heap_retire_local(mtpi_page_t *s);
  * against the slab's lists (a double free is reported), else pushed. */
 void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
 /* The owner's free of untagged b into s, a slab of a class above MTP_DIRECT_MAX, when its heap's
- * hot list of the class is full (the list's older half goes back to its slabs, then b is listed)
- * or b is s's last block in use (pushed onto s, which is retired). */
+ * hot list of the class is full: the list's older half goes back to its slabs, then b is listed. */
 void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b);
 
 /* b, freed by the owner of its slab of class cls (above MTP_DIRECT_MAX), onto h's hot list of the
