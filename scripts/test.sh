@@ -222,8 +222,13 @@ for stage in $stages; do
           summary+=("buildtypes: $cc $type MTPOOL_DEBUG=$level built ($(( $(date +%s) - b0 )) s)")
           # The drop-in malloc's tests with the validity checkers on (about 20 s): the asan stage
           # runs every other test at level 2, but not these (sanitizers replace malloc). A heap
-          # list's 8-bit count that wrapped past 255 showed only here.
-          if [ "$combo" = gcc:Debug:2 ]; then run_ctest malloc-validate "$dir" -L malloc; fi
+          # list's 8-bit count that wrapped past 255 showed only here. And the fork test, whose
+          # children run a purge thread only outside the sanitizers (about 2 s): a heap cache list
+          # a child inherited half changed failed region.c's checks there in 11 of 15 runs.
+          if [ "$combo" = gcc:Debug:2 ]; then
+            run_ctest malloc-validate "$dir" -L malloc
+            run_ctest fork-validate "$dir" -R '^test_rel_fork$'
+          fi
         else
           grep -E "warning|error|Error" "$dir/build.log" | head -40 || true
           failed=$((failed + 1))
