@@ -362,7 +362,8 @@ struct mtpi_heap {
    * read racily by statistics and the heap walk (mtp__heap_listed). */
   mtpi_block_t *hot[MTP_HOT_CLASSES];
   uint8_t hot_n[MTP_HOT_CLASSES];   /* blocks on each list */
-  uint8_t hot_cap[MTP_HOT_CLASSES]; /* each list's bound (heap.c, hot_max) */
+  uint8_t hot_cap[MTP_HOT_CLASSES]; /* each list's bound: hot_max, copied so that the free fast
+                                     * path compares without a division (heap.c) */
 };
 
 /* Per-thread record; its address is the thread's ownership token. Heaps of pools 0 ..

@@ -28,8 +28,9 @@ static int key_state; /* written in the once and by the destructor (no thread ru
 
 static void thread_exit(void *arg);
 static void thread_release(void);
-static uint8_t hot_max(unsigned cls);                 /* the hot lists, below */
-static void hot_return(mtpi_heap_t *h, unsigned cls);
+static uint8_t hot_max(unsigned cls); /* the hot lists, below */
+static mtpi_block_t *hot_take(mtpi_heap_t *h, unsigned cls);
+static void return_listed(mtpi_heap_t *h, mtpi_block_t *b, bool retire);
 /* Set by this thread's teardown (thread_exit). Other libraries' thread-exit destructors may still
  * allocate after it, in a round of destructors that may not call ours again (the last of the C
  * library's PTHREAD_DESTRUCTOR_ITERATIONS): such a thread keeps nothing, it hands its heaps back
@@ -152,8 +153,12 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
    * they have freed it all (detached slabs, slab.h), rather than it waiting for its next use. */
   unsigned keep = h->m.shared ? 0u : h->full_limit[cls];
   if (++h->full_count[cls] <= keep) return;
-  if (cls >= MTP_HOT_FIRST && h->hot_n[cls - MTP_HOT_FIRST] != 0) { /* the hot lists' invariant */
-    hot_return(h, cls);
+  if (cls >= MTP_HOT_FIRST && h->hot_n[cls - MTP_HOT_FIRST] != 0) {
+    /* The hot lists' invariant: no listed block in a slab let go. A slab that empties is not
+     * retired here (that may wake the purger, whose creation allocates on this thread, while the
+     * caller's lists are mid-change); it stays on the partial queue, the next slab the class
+     * takes. */
+    return_listed(h, hot_take(h, cls), false);
     if (h->full_count[cls] <= keep) return; /* listed blocks gave exhausted slabs room */
   }
   mtpi_page_t *old = page_of(h->full[cls]); /* the front: the oldest */
@@ -267,11 +272,11 @@ static bool unlist(mtpi_heap_t *h, mtpi_page_t *s, mtpi_block_t *b) {
 }
 
 /* Blocks taken off a list (the stand-in's or a hot list) back to their slabs, as a free of the
- * owner would.
- * Not under the pool lock: a slab that empties is retired, which may go to the pool and wake the
- * purger (whose creation allocates, on this thread): so the heap must be consistent before, with
- * the blocks off every list. */
-static void return_listed(mtpi_heap_t *h, mtpi_block_t *b) {
+ * owner would; an exhausted slab that gets one back joins the partial queue.
+ * Not under the pool lock: with retire, a slab that empties is retired, which may go to the pool
+ * and wake the purger (whose creation allocates, on this thread): so the heap must be consistent
+ * before, with the blocks off every list. */
+static void return_listed(mtpi_heap_t *h, mtpi_block_t *b, bool retire) {
   while (b != NULL) {
     mtpi_block_t *next = mtp__block_next(b);
     mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
@@ -279,19 +284,23 @@ static void return_listed(mtpi_heap_t *h, mtpi_block_t *b) {
       full_remove(h, s);
       partial_push(h, s);
     }
-    if (MTP_UNLIKELY(unlist(h, s, b))) mtp__heap_retire_local(s);
+    if (MTP_UNLIKELY(unlist(h, s, b)) && retire) mtp__heap_retire_local(s);
     b = next;
   }
 }
 
-/* Pool lock held (thread exit, flush): every listed block back onto its slab's free list, before
- * the slabs are given back; a slab that empties is released by abandon_slab (used is 0). */
-static void stand_give_back_locked(mtpi_heap_t *h) {
-  if (h->stand_cls == MTP_NUM_CLASSES) return;
-  for (mtpi_block_t *b = stand_take_all(h), *next; b != NULL; b = next) {
+/* Pool lock held (thread exit, flush): the blocks taken off a list back onto their slabs' free
+ * lists, before the slabs are given back; a slab that empties is released by abandon_slab (used
+ * is 0). */
+static void unlist_all_locked(mtpi_heap_t *h, mtpi_block_t *b) {
+  for (mtpi_block_t *next; b != NULL; b = next) {
     next = mtp__block_next(b);
     (void)unlist(h, mtp__slab_of((uintptr_t)b), b);
   }
+}
+
+static void stand_give_back_locked(mtpi_heap_t *h) {
+  if (h->stand_cls != MTP_NUM_CLASSES) unlist_all_locked(h, stand_take_all(h));
 }
 
 /* The gate passed: the stand-in serves cls from now, in place of cur (exhausted), and lists b. */
@@ -306,7 +315,7 @@ static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_page_t *cur, unsigned 
   h->stand_cap = (uint8_t)stand_max(cls);
   h->current[cls] = si;
   stand_push(h, b);
-  return_listed(h, old);
+  return_listed(h, old, true);
 }
 
 /* A free into one of h's exhausted slabs of class cls while cur, the current slab, is exhausted
@@ -348,7 +357,7 @@ static bool stand_gate(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_bloc
  *   - every listed block of class c (hot[c - MTP_HOT_FIRST]) is a handed-out block of a slab of c
  *     this heap owns (owner word token(h), FULL mark or not); hot_n counts each list, at most
  *     hot_cap (hot_max). A heap lets a slab go in two places only: slab_to_full (the class's
- *     list goes back to its slabs first, hot_return) and abandon at thread exit or flush (every
+ *     list goes back to its slabs first) and abandon at thread exit or flush (every
  *     list first, hot_give_back_locked). A slab is retired only when its used count reaches 0,
  *     which a listed block prevents.
  *   - a listed block's link word is encoded as on any free list: a second free of it looks
@@ -358,11 +367,13 @@ static bool stand_gate(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_bloc
  *     as they do the stand-in's. Trim gives the calling thread's lists back (mtp__heap_unlist). */
 #define HOT_MAX 32                    /* blocks per class */
 #define HOT_BYTES ((size_t)256 << 10) /* per class: 32 KiB blocks, 8 at most */
+/* so every bound is 2 or more, and a trim keeps a block */
+_Static_assert(HOT_BYTES / MTP_MAX_SMALL >= 2, "a hot list holds two blocks of any class");
 
-/* Class cls's bound: HOT_BYTES of blocks, 2 to HOT_MAX of them. */
+/* Class cls's bound: HOT_BYTES of blocks, HOT_MAX at most. */
 static uint8_t hot_max(unsigned cls) {
   size_t n = HOT_BYTES / mtp__class_size[cls];
-  return (uint8_t)(n < 2 ? 2 : n > HOT_MAX ? HOT_MAX : n);
+  return (uint8_t)(n > HOT_MAX ? HOT_MAX : n);
 }
 
 /* Class cls's list is at a bound: its older half goes back to the slabs, so the list keeps the
@@ -370,17 +381,13 @@ static uint8_t hot_max(unsigned cls) {
  * is consistent before return_listed may retire a slab. */
 static MTP_NOINLINE void hot_trim(mtpi_heap_t *h, unsigned cls) {
   unsigned i = cls - MTP_HOT_FIRST, keep = h->hot_n[i] / 2;
-  mtpi_block_t *old = h->hot[i];
-  if (keep == 0) {
-    h->hot[i] = NULL;
-  } else {
-    mtpi_block_t *last = old;
-    for (unsigned k = 1; k < keep; k++) last = mtp__block_next(last);
-    old = mtp__block_next(last);
-    mtp__block_set_next(last, NULL);
-  }
+  MTP_ASSERT(keep >= 1); /* the list is full: hot_cap blocks, 2 or more */
+  mtpi_block_t *last = h->hot[i];
+  for (unsigned k = 1; k < keep; k++) last = mtp__block_next(last);
+  mtpi_block_t *old = mtp__block_next(last);
+  mtp__block_set_next(last, NULL);
   h->hot_n[i] = (uint8_t)keep;
-  return_listed(h, old);
+  return_listed(h, old, true);
 }
 
 MTP_NOINLINE void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b) {
@@ -408,31 +415,9 @@ static mtpi_block_t *hot_take(mtpi_heap_t *h, unsigned cls) {
   return list;
 }
 
-/* slab_to_full is about to let a slab of cls go: every listed block of cls back onto its slab
- * first, and an exhausted slab that gets one back joins the partial queue. A slab that empties is
- * not retired here (that may wake the purger, whose creation allocates on this thread, while the
- * caller's lists are mid-change: see return_listed); it stays on the partial queue, the next
- * slab the class takes. */
-static void hot_return(mtpi_heap_t *h, unsigned cls) {
-  for (mtpi_block_t *b = hot_take(h, cls), *next; b != NULL; b = next) {
-    next = mtp__block_next(b);
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
-    if (s->list == MTP_LIST_HEAP_FULL) {
-      full_remove(h, s);
-      partial_push(h, s);
-    }
-    (void)unlist(h, s, b);
-  }
-}
-
-/* Pool lock held (thread exit, flush): every listed block back onto its slab, before the slabs
- * are given back; a slab that empties is released by abandon_slab (used is 0). */
+/* Pool lock held (thread exit, flush): every listed block back onto its slab. */
 static void hot_give_back_locked(mtpi_heap_t *h) {
-  for (unsigned c = MTP_HOT_FIRST; c < MTP_NUM_CLASSES; c++)
-    for (mtpi_block_t *b = hot_take(h, c), *next; b != NULL; b = next) {
-      next = mtp__block_next(b);
-      (void)unlist(h, mtp__slab_of((uintptr_t)b), b);
-    }
+  for (unsigned c = MTP_HOT_FIRST; c < MTP_NUM_CLASSES; c++) unlist_all_locked(h, hot_take(h, c));
 }
 
 /* A tagged block freed into one of h's slabs s: whether it is listed (a double free). */
@@ -677,7 +662,7 @@ static void report_listed(mtpi_block_t *b) {
 }
 
 /* Free b into s when this thread owns it (the slow paths' push). A tagged block may be listed by
- * the stand-in rather than on s's lists: looked for there too. */
+ * the stand-in or a hot list rather than on s's lists: looked for there too. */
 static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
   if (MTP_UNLIKELY(mtp__block_tagged(b)) && listed(mtp__slab_heap(s), s, b)) {
     report_listed(b);
@@ -998,9 +983,9 @@ void mtp__heap_shared_trim_all(void) {
 }
 
 static void heap_unlist(mtpi_heap_t *h) {
-  if (h->stand_cls != MTP_NUM_CLASSES) return_listed(h, stand_take_all(h));
+  if (h->stand_cls != MTP_NUM_CLASSES) return_listed(h, stand_take_all(h), true);
   for (unsigned c = MTP_HOT_FIRST; c < MTP_NUM_CLASSES; c++)
-    if (h->hot_n[c - MTP_HOT_FIRST] != 0) return_listed(h, hot_take(h, c));
+    if (h->hot_n[c - MTP_HOT_FIRST] != 0) return_listed(h, hot_take(h, c), true);
 }
 
 void mtp__heap_unlist(mtpi_pool_t *pool) {

@@ -66,7 +66,8 @@ void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, 0);
 }
 
-/* cache_lock: the owner, and trim or the purge thread (which hold the pool lock) */
+/* cache_lock: the owner, and trim, the purge thread or the fork handler (which hold the pool
+ * lock; no section under it takes another lock) */
 static void cache_lock(mtpi_member_t *m) {
   int expect = 0;
   /* acquire: the previous holder's list writes (released by cache_unlock) */
