@@ -895,6 +895,54 @@ static void test_hot_before_detach(void) {
   drop(pool, b, N);
 }
 
+/* The free fast path's owner cases (api/alloc.c): above 1 KiB a block of one of our exhausted
+ * slabs (owner word: our token with the FULL mark) is listed as one of the current slab is, and a
+ * second free of it is reported; at or below 1 KiB such a free leaves the fast path, which takes
+ * the slab off the full list. */
+static void test_free_owner_cases(void) {
+  const size_t sizes[2] = {2048, 512};
+  for (int t = 0; t < 2; t++) {
+    size_t size = sizes[t];
+    unsigned cls = mtp__class_of(size);
+    uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / mtp__class_size[cls]);
+    void **b;
+    uint32_t n = cap + 1; /* S0 exhausted, S1 current with one block */
+    mtpi_pool_t *pool = fill(size, n, &b);
+    mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+    mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s1 = mtp__slab_of((uintptr_t)b[cap]);
+    const uintptr_t me = (uintptr_t)mtp__tl_thread;
+    CHECK(s0 != s1 && h->current[cls] == s1);
+    CHECK(mtp__load_relaxed(&s0->owner) == (me | MTP_OWNER_FULL));
+    CHECK(mtp__load_relaxed(&s1->owner) == me);
+    void *first = b[0];
+    mtp_free(first);
+    b[0] = NULL;
+    if (cls >= MTP_HOT_FIRST) {
+      unsigned i = cls - MTP_HOT_FIRST;
+      CHECK_EQ_SZ(h->hot_n[i], 1);
+      CHECK(h->hot[i] == first);
+      CHECK_EQ_SZ(MTP_USED(s0), cap); /* listed: still counted, still exhausted */
+      CHECK(mtp__load_relaxed(&s0->owner) == (me | MTP_OWNER_FULL));
+      mtp_free(b[cap]); /* the current slab's block: listed too, newest first */
+      CHECK_EQ_SZ(h->hot_n[i], 2);
+      CHECK(h->hot[i] == b[cap]);
+      b[cap] = NULL;
+    } else {
+      CHECK_EQ_SZ(MTP_USED(s0), cap - 1);
+      CHECK(mtp__load_relaxed(&s0->owner) == me); /* off the full list, our token unmarked */
+    }
+    mtp__heap_validate(h);
+    double_frees = 0;
+    mtp_set_error_handler(on_error, NULL);
+    mtp_free(first);
+    mtp_set_error_handler(NULL, NULL);
+    CHECK_EQ_SZ(double_frees, 1);
+    mtp__heap_validate(h);
+    check_live(pool, b, n);
+    drop(pool, b, n);
+  }
+}
+
 int main(void) {
   RUN(test_lists);
   RUN(test_cache_keeps_format);
@@ -912,5 +960,6 @@ int main(void) {
   RUN(test_hot_lists);
   RUN(test_hot_trim_keeps_newest);
   RUN(test_hot_before_detach);
+  RUN(test_free_owner_cases);
   DONE();
 }
