@@ -258,6 +258,11 @@ typedef struct mtpi_page {
 } mtpi_page_t;
 
 _Static_assert(sizeof(mtpi_page_t) == 2 * MTP_CACHE_LINE, "page descriptor is two cache lines");
+/* What the free fast path reads (api/alloc.c), in the first line: one line per free. */
+_Static_assert(offsetof(mtpi_page_t, head) + sizeof(void *) <= MTP_CACHE_LINE &&
+                   offsetof(mtpi_page_t, cls) < MTP_CACHE_LINE &&
+                   offsetof(mtpi_page_t, heap) < MTP_CACHE_LINE,
+               "the free fast path's fields share the descriptor's first cache line");
 
 /* ------------------------------------------------------------------------------------------------
  * Regions (region layer; every field under the owning pool's lock)
