@@ -176,7 +176,7 @@ uint16_t mtp__link_tag;
 
 void mtp__link_key_init(void) {
   if (__atomic_load_n(&mtp__link_key, __ATOMIC_ACQUIRE) != 0 &&
-      __atomic_load_n(&mtp__link_tag, __ATOMIC_RELAXED) != 0)
+      __atomic_load_n(&mtp__link_tag, __ATOMIC_ACQUIRE) != 0)
     return;
   uint64_t k = 0;
   /* GRND_NONBLOCK: early in boot the pool may not be ready; fall back to the kernel's AT_RANDOM
@@ -199,6 +199,12 @@ void mtp__link_key_init(void) {
    * format (pool lock or release/acquire), which is after this */
   (void)__atomic_compare_exchange_n(&mtp__link_key, &zero, (uintptr_t)k, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE);
-  /* every racing initialiser stores the winner's tag: the same value */
-  __atomic_store_n(&mtp__link_tag, (uint16_t)(mtp__link_key >> MTP_VA_BITS), __ATOMIC_RELAXED);
+  /* The winner's tag, written once in all (a CAS from 0; every racing initialiser would write
+   * the same value): a thread that reads the tag plainly (track.h) is ordered after this write by
+   * its own CAS, by the acquire above, or by the slab it got from such a thread. A plain store by
+   * each initialiser raced with the first one's readers (ThreadSanitizer, test_rel_fork). */
+  uint16_t none = 0;
+  uint16_t tag = (uint16_t)(__atomic_load_n(&mtp__link_key, __ATOMIC_ACQUIRE) >> MTP_VA_BITS);
+  (void)__atomic_compare_exchange_n(&mtp__link_tag, &none, tag, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
 }
