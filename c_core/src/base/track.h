@@ -64,7 +64,9 @@
  * read plainly after that (ordered by the pool lock or a release/acquire pair, as above). */
 extern uintptr_t mtp__link_key;
 /* The key's top 16 bits (a free block's link word's top half), kept apart so that the free fast
- * path tests a block in one 16-bit compare. Written with the key. */
+ * path tests a block in one 16-bit compare. Written once, by a CAS from 0 after the key's, by
+ * whichever initialiser gets there first (the same value from any); read plainly after that,
+ * ordered as the key is. */
 extern uint16_t mtp__link_tag;
 /* Set the key if no thread did yet (any thread; a CAS makes the first value the only one). */
 void mtp__link_key_init(void);
