@@ -203,7 +203,10 @@ enum {
  *                              while DETACHED. Both by relaxed atomic access: a freer's word may
  *                              be stale (adopted and detached again since), and then it reads
  *                              while a new detach writes; its CAS fails and it reads again.
- *   link, list                 the owner (heap lists, cache) or the pool lock (pool list).
+ *   link, list                 the owner (heap lists, cache) or the pool lock (pool list). The
+ *                              lock alone is not enough to read them: a thread that would adopt
+ *                              a slab reads them after its adopting CAS (pool_adopt), never
+ *                              before, as another thread may own the slab until then.
  *   cls, block_size, end,      set when the slab is formatted, before it is handed to any thread;
  *   size_min, size_span,       constant until it is released.
  *   pages, kind, capacity

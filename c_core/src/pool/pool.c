@@ -350,9 +350,11 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
 bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
                      uint32_t *collected) {
   mtp__pool_lock(p);
-  bool listed = s->list == MTP_LIST_POOL_PARTIAL;
+  /* s->list is read only once the CAS has made s ours: until then another thread may have
+   * adopted s and be moving it between its own lists, unlocked. Once adopted, the field was last
+   * written by the detacher (before its release CAS) or under this lock. */
   bool adopted = mtp__slab_adopt(s, heap, owner_token, true, collected);
-  if (adopted && listed) partial_remove_locked(p, s);
+  if (adopted && s->list == MTP_LIST_POOL_PARTIAL) partial_remove_locked(p, s);
   mtp__pool_unlock(p);
   return adopted;
 }
