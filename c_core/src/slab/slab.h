@@ -35,7 +35,13 @@ MTP_INLINE void mtp__slab_set_bump(mtpi_page_t *s, char *b) { mtp__cptr_store_re
 MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_page_t *s) {
   mtpi_block_t *b = s->free;
   if (MTP_UNLIKELY(b == NULL)) return NULL;
-  s->free = mtp__block_take(b);
+  mtpi_block_t *n = mtp__block_take(b);
+  s->free = n;
+  /* The next pop reads n's link first, and the list's order is the frees': n's line is often
+   * cold, or another thread's (a remote free wrote it). Fetched now, its miss overlaps the caller's
+   * use of b (producer/consumer, 2 threads: 0.161 -> 0.153 s, 11 interleaved runs). A NULL n
+   * costs one dropped prefetch per drained list. */
+  __builtin_prefetch(n, 1, 3);
   s->used++;
   mtp__track_alloc(b, s->block_size);
   return b;
