@@ -23,6 +23,9 @@ LABELS = common.PRELOAD_LABELS
 ABOUT = {
     "larson": "server churn: 1,000 live blocks of 16-1,024 B per thread, 250,000 free+malloc of a "
               "random slot per round, 20 rounds, the live blocks handed to a new thread each round",
+    "larson_sized": "larson through operator new and the sized operator delete, as the "
+                    "preloaded library exports them (glibc: malloc and free, which libstdc++'s "
+                    "are); the JSON line's `delete` says which",
     "thread_churn": "3,000 short-lived threads, at most 32 per --threads live at once, each "
                     "allocating 200 blocks (95% of 16 B-3 KiB) that one of 2 other threads frees",
     "prodcons": "N producers write blocks of 8 B-4 KiB and pass them in batches of 64 through "
