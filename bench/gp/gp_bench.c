@@ -119,7 +119,6 @@ typedef struct {
   uint64_t sum;
   pthread_t tid[LARSON_MAX_ROUNDS]; /* tid[r+1] is written by round r's thread before it exits;
                                        main reads it after joining tid[r] */
-  int sized; /* larson_sized: operator new and the sized operator delete (below) */
 } larson_chain_t;
 
 /* C++'s operator new and sized operator delete, as the preloaded library exports them (looked up
@@ -145,12 +144,13 @@ static void resolve_cxx(void) {
   }
 }
 
-static unsigned char *larson_alloc(const larson_chain_t *c, size_t n) {
-  if (!c->sized || g_new == NULL) return xmalloc(n);
+/* g_new is set only by larson_sized (resolve_cxx); larson runs on malloc and free. */
+static unsigned char *larson_alloc(size_t n) {
+  if (g_new == NULL) return xmalloc(n);
   return g_new(n); /* throws (aborts here) rather than return NULL */
 }
-static void larson_free(const larson_chain_t *c, unsigned char *p, size_t n) {
-  if (!c->sized || g_new == NULL)
+static void larson_free(unsigned char *p, size_t n) {
+  if (g_new == NULL)
     free(p);
   else if (g_delete_sized)
     g_delete_sized(p, n);
@@ -163,9 +163,9 @@ static void *larson_round(void *arg) {
   for (long i = 0; i < c->ops; i++) {
     size_t k = rng_next(&c->rng) % LARSON_SLOTS;
     c->sum += unstamp(c->blk[k], c->len[k]);
-    larson_free(c, c->blk[k], c->len[k]);
+    larson_free(c->blk[k], c->len[k]);
     c->len[k] = rng_small(&c->rng, 16, 1024);
-    c->blk[k] = larson_alloc(c, c->len[k]);
+    c->blk[k] = larson_alloc(c->len[k]);
     stamp(c->blk[k], c->len[k], rng_next(&c->rng));
   }
   /* The live blocks go to a new thread; this one exits, so they are freed by a thread that did
@@ -175,19 +175,18 @@ static void *larson_round(void *arg) {
   return NULL;
 }
 
-static uint64_t run_larson(int sized) {
+static uint64_t t_larson(void) {
   const int rounds = 20;
   larson_chain_t *c = xmalloc(sizeof *c * (size_t)g_threads);
   for (int t = 0; t < g_threads; t++) {
     rng_seed(&c[t].rng, 1, (uint64_t)t);
-    c[t].sized = sized;
     c[t].round = 0;
     c[t].rounds = rounds;
     c[t].ops = scaled(250000);
     c[t].sum = 0;
     for (int k = 0; k < LARSON_SLOTS; k++) {
       c[t].len[k] = rng_small(&c[t].rng, 16, 1024);
-      c[t].blk[k] = larson_alloc(&c[t], c[t].len[k]);
+      c[t].blk[k] = larson_alloc(c[t].len[k]);
       stamp(c[t].blk[k], c[t].len[k], rng_next(&c[t].rng));
     }
   }
@@ -198,15 +197,17 @@ static uint64_t run_larson(int sized) {
     for (int r = 0; r < rounds; r++) pthread_join(c[t].tid[r], NULL);
     for (int k = 0; k < LARSON_SLOTS; k++) {
       c[t].sum += unstamp(c[t].blk[k], c[t].len[k]);
-      larson_free(&c[t], c[t].blk[k], c[t].len[k]);
+      larson_free(c[t].blk[k], c[t].len[k]);
     }
     sum += c[t].sum;
   }
   free(c);
   return sum;
 }
-static uint64_t t_larson(void) { return run_larson(0); }
-static uint64_t t_larson_sized(void) { return run_larson(1); }
+static uint64_t t_larson_sized(void) {
+  resolve_cxx();
+  return t_larson();
+}
 
 /* ---- thread_churn: short-lived threads whose blocks two other threads free ------------------ */
 /* 3,000 threads (times the scale), each allocating 200 blocks (mostly under 3 KiB) and handing them
@@ -748,17 +749,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *in_use = malloc_by_symbol();
-  char extra[64] = "";
-  if (fn == t_larson_sized) {
-    resolve_cxx();
-    snprintf(extra, sizeof extra, "\"delete\": \"%s\", ", g_delete_kind);
-  }
   double t0 = now();
   uint64_t sum = fn();
   double wall = now() - t0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  char sizes[64] = "";
+  char sizes[64] = "", extra[64] = "";
+  if (g_delete_kind) snprintf(extra, sizeof extra, "\"delete\": \"%s\", ", g_delete_kind);
   if (g_sizes_used) snprintf(sizes, sizeof sizes, "\"sizes\": \"%zu:%zu\", ", g_lo, g_hi);
   printf("{\"test\": \"%s\", %s%s\"threads\": %d, \"scale\": %g, \"alloc\": \"%s\", \"malloc\": \"%s\", "
          "\"wall_s\": %.4f, \"user_s\": %.3f, \"sys_s\": %.3f, \"maxrss_kb\": %ld, \"minflt\": %ld, "

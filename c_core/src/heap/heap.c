@@ -353,8 +353,9 @@ static bool stand_gate(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_bloc
  * never serves these classes: their frees into exhausted slabs are listed here. The cost: a thread
  * that frees many blocks and then idles keeps its listed blocks' slabs from the purge until it
  * allocates again, trims, flushes or exits (2,048 B blocks freed in random order: 6-9% of the
- * peak kept over two days' runs, 16 KiB blocks 16%, 0.7% without lists). Not listing the free of a slab's last block in use kept 5.7%,
- * but its test on the fast path made a 2,000 B cache 10% slower; it was not kept.
+ * peak kept over two days' runs, 16 KiB blocks 16%, 0.7% without lists). Not listing the free of
+ * a slab's last block in use kept 5.7%, but its test on the fast path made a 2,000 B cache 10%
+ * slower; it was not kept.
  * Invariants (mtp__heap_validate_class checks them):
  *   - every listed block of class c (hot[c - MTP_HOT_FIRST]) is a handed-out block of a slab of c
  *     this heap owns (owner word token(h), FULL mark or not); hot_n counts each list, at most
