@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build and run mtpool's tests. Two tiers:
 #   bash scripts/test.sh          quick tier (the default; a contributor's check before a commit):
-#                                 stages "release malloc asan"
+#                                 stages "docs release malloc asan"
 #   bash scripts/test.sh --full   every stage below (what CI runs: .ci/run)
 # MTPOOL_TEST_STAGES="release asan" runs the stages named instead of a tier's.
 #
 # Stages, in the order of the full tier:
+#   docs      README.md: its benchmark tables equal what scripts/readme_tables.py writes from
+#             bench/results/, and it has at most 300 lines (python3 only, about a second)
 #   release   release build (RelWithDebInfo), -Wall -Wextra -Werror: every ctest test (unit, API,
 #             multi-threaded, reliability, C++, examples, layer check), benchmarks not built
 #   bench     the same build with the benchmarks (-DMTPOOL_BUILD_BENCH=ON): a smoke run of each
@@ -38,8 +40,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
-quick_stages="release malloc asan"
-full_stages="release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 package abi servers gp programs"
+quick_stages="docs release malloc asan"
+full_stages="docs release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 package abi servers gp programs"
 tier=quick
 for arg in "$@"; do
   case $arg in
@@ -106,6 +108,14 @@ for stage in $stages; do
   s0=$(date +%s)
   echo "== stage $stage"
   case $stage in
+    docs)
+      # the README's tables come from the committed results; it stays a guide (at most 300 lines)
+      if python3 "$here/scripts/readme_tables.py" --check; then
+        passed=$((passed + 1)); summary+=("docs: README tables and length: passed")
+      else
+        failed=$((failed + 1)); summary+=("docs: README tables or length: FAILED (python3 scripts/readme_tables.py --write)")
+      fi
+      ;;
     release)
       configure_build "$out/release" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_BUILD_BENCH=OFF
       run_ctest release "$out/release"

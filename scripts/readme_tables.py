@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Writes the README's benchmark tables from the committed results in bench/results/.
+
+Each table sits in README.md between two markers,
+    <!-- table:NAME begin -->
+    <!-- table:NAME end -->
+and everything between them is this script's: a line with the run's date, machine and result
+file, then a short table. Figures come only from the result files: the raw JSON lines where they
+are committed (general-purpose workloads, real programs, servers), through the functions of the
+reports that wrote the .md files (bench/tools/report.py, bench/gp/report.py,
+bench/servers/report.py); the seed and cross-thread tables from the tables bench/tools/report.py
+wrote, since their raw lines are not committed.
+
+    python3 scripts/readme_tables.py --write   rewrite the tables in README.md in place
+    python3 scripts/readme_tables.py --check   exit 1, with a diff, when README.md's tables differ
+                                               from what --write would write, or README.md has
+                                               more than MAX_LINES lines (scripts/test.sh, stage docs)
+Python 3 standard library only.
+"""
+import argparse
+import difflib
+import importlib.util
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+README = os.path.join(ROOT, "README.md")
+MAX_LINES = 300
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(ROOT, "bench", "tools"))
+import report as common  # noqa: E402  (bench/tools/report.py: read_jsonl, geomean, order_by, labels)
+
+
+def load_report(sub):
+    """bench/SUB/report.py as a module of its own (every report is named report.py)."""
+    spec = importlib.util.spec_from_file_location(f"{sub}_report",
+                                                  os.path.join(ROOT, "bench", sub, "report.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gp_report = load_report("gp")
+servers_report = load_report("servers")
+
+
+# --------------------------------------------------------------------------------------------
+# reading the result files
+# --------------------------------------------------------------------------------------------
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def run_line(caption, md_path, *links):
+    """The line above a table: the run's date, machine and result files (from the report's
+    "Machine:" line), then what the table shows."""
+    m = re.search(r"^Machine: (.*)$", read(md_path), re.M)
+    if not m:
+        sys.exit(f"readme_tables: no 'Machine:' line in {rel(md_path)}")
+    fields = [f.strip() for f in m.group(1).split(",")]
+    cpu = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", "", fields[0])
+    cpu = " ".join(cpu.split())
+    cores = next((f for f in fields if f.endswith(" cores")), "")
+    date = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", m.group(1))
+    if not date:
+        sys.exit(f"readme_tables: no date in the 'Machine:' line of {rel(md_path)}")
+    files = ", ".join(f"[{os.path.relpath(p, RESULTS)}]({rel(p)})" for p in (md_path,) + links)
+    return [f"{date.group(0)}, {cpu}, {cores}, {files}: {caption}", ""]
+
+
+def md_section(md_path, title_start):
+    """The first markdown table under the '### ' heading that starts with title_start, as
+    (header cells, {first cell: [cells]}) in the file's order."""
+    lines = read(md_path).splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("### ") and line[4:].startswith(title_start):
+            break
+    else:
+        sys.exit(f"readme_tables: no section '{title_start}' in {rel(md_path)}")
+    rows, header = {}, None
+    for line in lines[i + 1:]:
+        if line.startswith("#"):
+            break
+        if not line.startswith("|"):
+            if header:
+                break
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set(line) <= set("|-: "):
+            rows[cells[0]] = cells[1:]
+    return header, rows
+
+
+def table(header, rows):
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+           ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def pick(rows, labels, md_path):
+    out = []
+    for lab in labels:
+        if lab not in rows:
+            sys.exit(f"readme_tables: no row '{lab}' in {rel(md_path)}")
+        out.append([lab] + rows[lab])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the tables
+# --------------------------------------------------------------------------------------------
+
+# The allocators the short tables show, by bench/tools/report.py's keys (its LABELS name them).
+SEED_ROWS = ["mtpool", "mimalloc", "jemalloc", "tcmalloc", "std", "pool_alloc"]
+CROSS_ROWS = ["mtpool", "jemalloc", "mimalloc", "std"]
+
+
+def seed_block():
+    """The seed workload's median times, with the footprint's bytes per element of a
+    std::list<int> and the share of it given back 500 ms after the free."""
+    md = os.path.join(RESULTS, "seed.md")
+    labels = [common.LABELS[k] for k in SEED_ROWS]
+    head, rows = md_section(md, "Seed workload: std::list of strings, 4 threads")
+    bhead, brows = md_section(md, "Footprint: bytes per element")
+    ghead, grows = md_section(md, "Footprint: resident memory given back, std::list<int>")
+    b, g = bhead.index("std::list<int>") - 1, ghead.index("back after delay") - 1
+    out = run_line("wall seconds, median of 5 processes (time relative to mtpool::allocator); bytes "
+                   "per element of a `std::list<int>`, and its share given back 500 ms after the free "
+                   "(threads alive, no trim call):", md)
+    cells = [r[1:] + [brows[r[0]][b], grows[r[0]][g]] for r in pick(rows, labels, md)]
+    return out + table(head + ["bytes per element", "given back"],
+                       [[lab] + c for lab, c in zip(labels, cells)])
+
+
+def cross_block():
+    """Memory freed by other threads: bench_full.sh's producer-consumer workload."""
+    md = os.path.join(RESULTS, "full.md")
+    head, rows = md_section(md, "Producer-consumer")
+    out = run_line("64-byte list nodes built by producers, freed by consumers; nodes per second (time "
+                   "per node relative to mtpool::allocator):", md)
+    return out + table(["allocator"] + head[1:], pick(rows, [common.LABELS[k] for k in CROSS_ROWS], md))
+
+
+def gp_block():
+    """Geometric means of the ratios to the best, as bench/gp/report.py computes them (its
+    geo_table), and the cells where mtpool is 1.10x the best peer or more."""
+    raw = os.path.join(RESULTS, "gp.jsonl")
+    times, capped, tests, threads, allocs = defaultdict(list), set(), [], set(), set()
+    for d in common.read_jsonl(raw):
+        t, n, al = d.get("test"), d.get("threads"), d.get("alloc")
+        if "failed" in d:
+            sys.exit(f"readme_tables: {rel(raw)} has a failed run ({al}, {t}, {n} threads)")
+        if t not in tests:
+            tests.append(t)
+        threads.add(n)
+        allocs.add(al)
+        if "timeout_s" in d:
+            capped.add((t, n, al))
+            times[(t, n, al)].append(d["timeout_s"])
+        else:
+            times[(t, n, al)].append(d["wall_s"])
+    threads = sorted(threads)
+    med = {k: statistics.median(v) for k, v in times.items()}
+
+    def ratio(t, n, al):
+        vals = [med[(t, n, a)] for a in allocs if (t, n, a) in med]
+        return med[(t, n, al)] / min(vals) if (t, n, al) in med and vals else None
+
+    allocs = sorted(gp_report.order(allocs),
+                    key=lambda al: common.geomean([ratio(t, n, al) for t in tests for n in threads]) or 1e9)
+    rows = []
+    gp_report.geo_table(rows, allocs, threads, tests, ratio, capped)
+    rows = [r.replace("**", "") for r in rows if r]
+    out = run_line(f"geometric mean over the {len(tests)} workloads of each allocator's median time "
+                   "over the best median (1.00: the fastest everywhere; `≥`: a run timed out):",
+                   os.path.join(RESULTS, "gp.md"), raw)
+    out += ["| allocator | " + " | ".join(f"{n} thread{'s' if n > 1 else ''}" for n in threads) + " | all |",
+           "|" + "---|" * (len(threads) + 2)] + rows
+    slow = []
+    for t in tests:
+        for n in threads:
+            m = med.get((t, n, "mtpool"))
+            peers = [(med[(t, n, p)], p) for p in allocs if p != "mtpool" and (t, n, p) in med]
+            if m and peers and m / min(peers)[0] >= 1.10:
+                slow.append(f"`{t}` {m / min(peers)[0]:.2f}x {min(peers)[1]} at {n} "
+                            f"thread{'s' if n > 1 else ''}")
+    out += ["", "Where mtpool takes 1.10x the best peer's time or more: "
+            + ("; ".join(slow) if slow else "nowhere") + "."]
+    return out
+
+
+def programs_block():
+    """Geometric means over the programs of each allocator's median over glibc's (as
+    bench/programs/report.py computes them), and python3's start-up."""
+    raw = os.path.join(RESULTS, "programs.jsonl")
+    m = defaultdict(list)    # (program, alloc, measure) -> values
+    st = defaultdict(list)   # (start-up, alloc, measure) -> values
+    programs, allocs = [], set()
+    for d in common.read_jsonl(raw):
+        al = d.get("alloc")
+        allocs.add(al)
+        if d.get("rc") or not d.get("preload_ok"):
+            sys.exit(f"readme_tables: {rel(raw)} has a failed or unchecked run ({al})")
+        if "startup" in d:
+            for k in ("wall_s", "maxrss_kb"):
+                st[(d["startup"], al, k)] += d[k]
+            continue
+        if d["program"] not in programs:
+            programs.append(d["program"])
+        for k in ("wall_s", "cpu_s", "maxrss_kb"):
+            m[(d["program"], al, k)].append(d[k])
+    others = [al for al in common.order_by(list(common.PRELOAD_LABELS), allocs) if al != "glibc"]
+
+    def geo(al, k):
+        return common.geomean([statistics.median(m[(p, al, k)]) / statistics.median(m[(p, "glibc", k)])
+                               for p in programs if m[(p, al, k)] and m[(p, "glibc", k)]])
+
+    def start(al, k):
+        v, r = st.get(("python3", al, k)), st.get(("python3", "glibc", k))
+        return statistics.median(v) / statistics.median(r) if v and r else None
+
+    def f(x):
+        return "–" if x is None else f"{x:.2f}"
+    rows = [["wall time / CPU time"] + [f"{f(geo(al, 'wall_s'))} / {f(geo(al, 'cpu_s'))}" for al in others],
+            ["peak RSS"] + [f(geo(al, "maxrss_kb")) for al in others]]
+    if any(start(al, "wall_s") for al in others):
+        rows.append(["`python3 -c pass`: wall / peak RSS"] +
+                     [f"{f(start(al, 'wall_s'))} / {f(start(al, 'maxrss_kb'))}" for al in others])
+    out = run_line(f"geometric mean over the {len(programs)} programs of each allocator's median "
+                   "over glibc's (below 1.00: less than glibc):", os.path.join(RESULTS, "programs.md"), raw)
+    return out + table([""] + others, rows)
+
+
+SERVER_COLS = [  # (server, slapd directory or Squid variant, measure, column)
+    ("slapd", "small", "search4_ops", "slapd searches/s, 4 threads"),
+    ("slapd", "small", "rss_anon_end_kb", "slapd RssAnon after the mix, 100,000 entries"),
+    ("slapd", "large", "rss_anon_end_kb", "the same, 1,000 entries of 1 KiB-1 MiB"),
+    ("slapd", "large", "rss_anon_idle_kb", "the same, 1 s later"),
+    ("squid", "off", "bytes_per_object", "Squid bytes per cached object"),
+]
+
+
+def server_rows(raw, suffix=""):
+    """One row per allocator: medians over the repetitions, as bench/servers/report.py's collect()
+    gathers them, and their ratio to glibc's in the same run."""
+    rows = common.read_jsonl(raw)
+    vals = {"slapd": servers_report.collect(rows, "slapd", lambda d: (d["alloc"], d.get("directory", "small"))),
+            "squid": servers_report.collect(rows, "squid", lambda d: (d["alloc"], d["variant"]))}
+    out = []
+    for al in servers_report.order({d["alloc"] for d in rows}):
+        cells = []
+        for srv, key, meas, _ in SERVER_COLS:
+            v, r = vals[srv].get(((al, key), meas)), vals[srv].get((("glibc", key), meas))
+            if not v:
+                cells.append("–")
+                continue
+            x = statistics.median(v) * (1 / 1024 if meas.endswith("_kb") else 1)
+            s = (f"{x:,.0f}" if x >= 100 else f"{x:.1f}") + (" MiB" if meas.endswith("_kb") else "")
+            if r and al != "glibc":
+                s += f" ({statistics.median(v) / statistics.median(r):.2f}x)"
+            cells.append(s)
+        out.append([servers_report.LABELS.get(al, al) + suffix] + cells)
+    return out
+
+
+def servers_block():
+    """The full run, and below it the later run of glibc and mtpool alone."""
+    raw, later = os.path.join(RESULTS, "servers.jsonl"), os.path.join(RESULTS, "servers-slapd", "servers.jsonl")
+    date = re.search(r"\d{4}-\d\d-\d\d", run_line("", later.replace(".jsonl", ".md"))[0]).group(0)
+    out = run_line(f"median of the repetitions (ratio to glibc's in the same run); the last two rows: "
+                   f"[the run of {date}]({rel(later.replace('.jsonl', '.md'))}), glibc and mtpool alone:",
+                   raw.replace(".jsonl", ".md"), raw)
+    return out + table(["allocator"] + [c[3] for c in SERVER_COLS],
+                       server_rows(raw) + server_rows(later, f", {date}"))
+
+
+BLOCKS = {
+    "seed": lambda: seed_block() + ["", "Memory freed by other threads, from `bash scripts/bench_full.sh` "
+                                    "(with Google Benchmark workloads):", ""] + cross_block(),
+    "gp": gp_block,
+    "programs": programs_block,
+    "servers": servers_block,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# README.md
+# --------------------------------------------------------------------------------------------
+
+def render(text):
+    """README text with every marked block rewritten; exits when a marker is missing or unknown."""
+    found = re.findall(r"<!-- table:(\S+) begin -->", text)
+    for name in found:
+        if name not in BLOCKS:
+            sys.exit(f"readme_tables: README.md has a table '{name}' this script does not write "
+                     f"(it writes: {', '.join(BLOCKS)})")
+    for name in BLOCKS:
+        if name not in found:
+            sys.exit(f"readme_tables: README.md lacks the markers of table '{name}' "
+                     f"(<!-- table:{name} begin --> ... <!-- table:{name} end -->)")
+    for name, block in BLOCKS.items():
+        pat = re.compile(rf"(<!-- table:{re.escape(name)} begin -->\n).*?(<!-- table:{re.escape(name)} end -->)", re.S)
+        if not pat.search(text):
+            sys.exit(f"readme_tables: table '{name}' has a begin marker but no end marker after it")
+        body = "\n".join(block()) + "\n"
+        text = pat.sub(lambda mo: mo.group(1) + body + mo.group(2), text, count=1)
+    return text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--check", action="store_true", help="fail when README.md's tables are stale or it is too long")
+    g.add_argument("--write", action="store_true", help="rewrite README.md's tables in place")
+    a = ap.parse_args()
+    text = read(README)
+    new = render(text)
+    if a.write:
+        if new != text:
+            with open(README, "w", encoding="utf-8") as f:
+                f.write(new)
+        print(f"readme_tables: README.md {'rewritten' if new != text else 'unchanged'}, "
+              f"{len(new.splitlines())} lines")
+        return 0
+    bad = 0
+    if new != text:
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True),
+                                                   "README.md", "README.md as written from bench/results"))
+        print("readme_tables: README.md's tables differ from bench/results/ (above); "
+              "run: python3 scripts/readme_tables.py --write")
+        bad = 1
+    n = len(text.splitlines())
+    if n > MAX_LINES:
+        print(f"readme_tables: README.md has {n} lines, more than {MAX_LINES}: it is a guide; "
+              "run logs go to bench/results/notes.md")
+        bad = 1
+    if not bad:
+        print(f"readme_tables: README.md's {len(BLOCKS)} tables match bench/results/; {n} lines "
+              f"(at most {MAX_LINES})")
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
