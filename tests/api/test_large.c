@@ -36,7 +36,7 @@ static size_t cached(mtp_pool_t *p) {
   return st.bytes_reserved - st.bytes_in_use;
 }
 
-/* Sizes here are above the medium range (MTP_SPAN_MAX, 256 KiB; at most 1 MiB): medium blocks are pages of
+/* Sizes here are above the medium range (MTP_MEDIUM_MAX, 256 KiB; at most 1 MiB): medium blocks are pages of
  * the pool's regions (tests/api/test_span.c), not cached ranges. */
 #define L (8 * MiB)
 

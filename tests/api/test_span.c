@@ -1,5 +1,5 @@
-/* Medium blocks (above 32 KiB, up to MTP_SPAN_MAX): spans of 64 KiB pages of the pool's regions
- * (c_core/src/pool/span.c). Sizes, alignment and usable size; statistics and the heap walk; a
+/* Medium blocks (above 32 KiB, up to MTP_MEDIUM_MAX): spans of 64 KiB pages of the pool's regions
+ * (c_core/src/pool/medium.c). Sizes, alignment and usable size; statistics and the heap walk; a
  * freed span's pages reused by a small class with no new region; a freed span kept by its
  * freeing thread's cache (reuse, misuse reports, trim, thread exit); calloc (zero, untouched pages
  * not faulted in); realloc in place (grow, shrink) and across small, medium and large; the exact
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "mtpool/mtpool.h"
-#include "base/types.h" /* MTP_SPAN_MAX, MTP_PAGE_SIZE, MTP_MAX_SMALL */
+#include "base/types.h" /* MTP_MEDIUM_MAX, MTP_PAGE_SIZE, MTP_MAX_SMALL */
 #include "testhelper.h"
 
 #define KiB ((size_t)1 << 10)
@@ -39,7 +39,7 @@ static size_t pages_of(size_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
 
 static void test_sizes_and_stats(void) {
   mtp_pool_t *p = th_pool("span", 60000, 0);
-  const size_t sizes[] = {MTP_MAX_SMALL + 1, 40000, PAGE, PAGE + 1, 100 * KiB, 200 * KiB, MTP_SPAN_MAX};
+  const size_t sizes[] = {MTP_MAX_SMALL + 1, 40000, PAGE, PAGE + 1, 100 * KiB, 200 * KiB, MTP_MEDIUM_MAX};
   enum { N = sizeof(sizes) / sizeof(sizes[0]) };
   char *b[N];
   size_t bytes = 0;
@@ -71,7 +71,7 @@ static void test_sizes_and_stats(void) {
   CHECK(g_errs == 0);
   /* the next size up is a large block: a mapping of its own */
   size_t mapped = st.bytes_mapped;
-  char *l = mtp_pool_alloc(p, MTP_SPAN_MAX + 1);
+  char *l = mtp_pool_alloc(p, MTP_MEDIUM_MAX + 1);
   REQUIRE(l != NULL, "alloc");
   CHECK(th_stats(p).bytes_mapped > mapped);
   mtp_free(l);
@@ -93,9 +93,9 @@ static mtp_pool_t *pool_cache(const char *name, size_t thread_cache_bytes) {
  * pages: a small class's slabs take them (resident pages first) and no region is mapped. */
 static void test_reuse_by_small(void) {
   mtp_pool_t *p = pool_cache("span", 0);
-  char *s = mtp_pool_alloc(p, MTP_SPAN_MAX);
+  char *s = mtp_pool_alloc(p, MTP_MEDIUM_MAX);
   REQUIRE(s != NULL, "alloc");
-  memset(s, 1, MTP_SPAN_MAX);
+  memset(s, 1, MTP_MEDIUM_MAX);
   size_t mapped = th_stats(p).bytes_mapped;
   mtp_free(s);
   /* blocks of 4 KiB (one page slabs) until the freed pages are used again, at most a region's */
@@ -105,7 +105,7 @@ static void test_reuse_by_small(void) {
   while (n < MAX && inside == 0) {
     small[n] = mtp_pool_alloc(p, 4096);
     REQUIRE(small[n] != NULL, "alloc");
-    if (small[n] >= s && small[n] < s + MTP_SPAN_MAX) inside++;
+    if (small[n] >= s && small[n] < s + MTP_MEDIUM_MAX) inside++;
     n++;
   }
   printf("a small block took a freed span's page after %d blocks of 4 KiB\n", n);
@@ -197,10 +197,10 @@ static void test_realloc(void) {
   }
   fill(q, 70 * KiB, 100 * KiB);
   /* medium -> large -> medium (stays in its mapping) -> small -> medium: contents kept */
-  q = mtp_realloc(q, MTP_SPAN_MAX + 100 * KiB);
+  q = mtp_realloc(q, MTP_MEDIUM_MAX + 100 * KiB);
   REQUIRE(q != NULL, "realloc");
   CHECK(intact(q, 100 * KiB));
-  fill(q, 100 * KiB, MTP_SPAN_MAX + 100 * KiB);
+  fill(q, 100 * KiB, MTP_MEDIUM_MAX + 100 * KiB);
   q = mtp_realloc(q, 90 * KiB);
   REQUIRE(q != NULL, "realloc");
   CHECK(intact(q, 90 * KiB));
@@ -359,7 +359,7 @@ static void test_thread_cache(void) {
   mtp_free(c);
   /* up to a quarter more pages: a 5-page span serves a 4-page request, whole (builds whose
    * spans reach 5 pages) */
-  if (MTP_SPAN_MAX >= 320 * KiB) {
+  if (MTP_MEDIUM_MAX >= 320 * KiB) {
     char *c5 = mtp_pool_alloc(p, 300 * KiB);
     REQUIRE(c5 != NULL, "alloc");
     mtp_free(c5);
@@ -453,7 +453,7 @@ static void test_churn_accounting(void) {
     if (blk[i] != NULL) {
       CHECK(th_verify(blk[i], len[i] < 256 ? len[i] : 256, (uint64_t)i) == (size_t)-1);
       if (th_below(&r, 3) == 0) {
-        size_t n = 1 + th_below(&r, MTP_SPAN_MAX + 64 * KiB);
+        size_t n = 1 + th_below(&r, MTP_MEDIUM_MAX + 64 * KiB);
         unsigned char *q = mtp_realloc(blk[i], n);
         REQUIRE(q != NULL, "realloc");
         size_t keep = n < len[i] ? n : len[i];
@@ -469,7 +469,7 @@ static void test_churn_accounting(void) {
         blk[i] = NULL;
       }
     } else {
-      size_t n = th_below(&r, 4) == 0 ? 1 + th_below(&r, 4096) : MTP_MAX_SMALL + 1 + th_below(&r, MTP_SPAN_MAX - MTP_MAX_SMALL);
+      size_t n = th_below(&r, 4) == 0 ? 1 + th_below(&r, 4096) : MTP_MAX_SMALL + 1 + th_below(&r, MTP_MEDIUM_MAX - MTP_MAX_SMALL);
       blk[i] = th_below(&r, 5) == 0 ? mtp_pool_calloc(p, 1, n) : mtp_pool_alloc(p, n);
       REQUIRE(blk[i] != NULL, "alloc");
       len[i] = n;
@@ -480,7 +480,7 @@ static void test_churn_accounting(void) {
   for (int i = 0; i < SLOTS; i++)
     if (blk[i]) {
       live++;
-      if (len[i] > MTP_MAX_SMALL && len[i] <= MTP_SPAN_MAX) {
+      if (len[i] > MTP_MAX_SMALL && len[i] <= MTP_MEDIUM_MAX) {
         spans++;
         span_bytes += mtp_usable_size(blk[i]);
       }
@@ -524,7 +524,7 @@ static void *mt_worker(void *arg) {
   th_rng_t r;
   th_rng_seed(&r, (uint64_t)me, 7, 11);
   for (int i = 0; i < MT_ROUNDS; i++) {
-    size_t n = MTP_MAX_SMALL + 1 + th_below(&r, MTP_SPAN_MAX - MTP_MAX_SMALL);
+    size_t n = MTP_MAX_SMALL + 1 + th_below(&r, MTP_MEDIUM_MAX - MTP_MAX_SMALL);
     unsigned char *b = mtp_pool_alloc(g_mt_pool, n);
     REQUIRE(b != NULL, "alloc");
     memset(b, me + 1, 64);

@@ -1,9 +1,16 @@
 #!/bin/sh
 # libmtpool-malloc.so exports exactly the allocation functions (C and C++) and mtp_*, every one
-# unversioned, with default visibility; nothing internal leaks.
+# unversioned, with default visibility; nothing internal leaks. Usage: check_exports.sh LIB [glibc|musl]
+# (musl: musl's own allocation functions, C23's free_sized and mtp_*; no glibc extra, no C++).
 set -eu
 lib=$1
+libc=${2:-glibc}
 syms=$(nm -D --defined-only "$lib" | awk '{print $3}')
+case $libc in
+  glibc) ;;
+  musl) ;;
+  *) echo "check_exports.sh: unknown C library '$libc' (glibc or musl)" >&2; exit 2 ;;
+esac
 want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
 malloc_usable_size free_sized free_aligned_sized cfree malloc_trim mallinfo mallinfo2 mallopt
 malloc_stats malloc_info __libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign
@@ -13,6 +20,10 @@ _ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t _ZdlPv _Zd
 _ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
 _ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t _ZdlPvSt11align_val_tRKSt9nothrow_t
 _ZdaPvSt11align_val_tRKSt9nothrow_t mtp_alloc mtp_free mtp_realloc mtp_pool_of"
+if [ "$libc" = musl ]; then
+  want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc
+malloc_usable_size free_sized free_aligned_sized mtp_alloc mtp_free mtp_realloc mtp_pool_of"
+fi
 fail=0
 for s in $want; do
   echo "$syms" | grep -qx "$s" || { echo "not exported: $s"; fail=1; }

@@ -24,4 +24,5 @@ char *dl_alloc_copy(void) { /* the caller frees it, after dlclose */
   return p;
 }
 
-void dl_alloc_tls(void) { pthread_setspecific(key, malloc(64)); }
+/* calloc: gcc warns of malloc's uninitialised bytes passed as a const void * (musl's header) */
+void dl_alloc_tls(void) { pthread_setspecific(key, calloc(1, 64)); }

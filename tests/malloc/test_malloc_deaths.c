@@ -22,7 +22,7 @@ static int child(const char *what) {
     free(b);
     free(a);
   } else if (strcmp(what, "large_uaf") == 0 || strcmp(what, "medium_uaf") == 0) {
-    size_t n = (size_t)1 << (strcmp(what, "large_uaf") == 0 ? 21 : 18); /* above MTP_SPAN_MAX, or at it */
+    size_t n = (size_t)1 << (strcmp(what, "large_uaf") == 0 ? 21 : 18); /* above MTP_MEDIUM_MAX, or at it */
     volatile char *a = malloc(n);
     printf("PTR %p\n", (void *)a);
     fflush(stdout);

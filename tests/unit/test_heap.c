@@ -40,10 +40,10 @@ static void test_lists(void) {
   CHECK(h != NULL);
   mtp__heap_validate(h);
   CHECK_EQ_SZ(h->full_count[cls], MTP_FULL_PER_CLASS);
-  mtpi_page_t *first = mtp__slab_of((uintptr_t)b[0]); /* the oldest: detached */
+  mtpi_desc_t *first = mtp__run_of((uintptr_t)b[0]); /* the oldest: detached */
   CHECK_EQ_SZ(mtp__load_relaxed(&first->owner), 0);
   CHECK(!(mtp__load_relaxed(&first->thread_free) & MTP_TF_OWNED));
-  mtpi_page_t *full = mtp__slab_of((uintptr_t)b[cap * (SLABS - 1) - 1]);
+  mtpi_desc_t *full = mtp__run_of((uintptr_t)b[cap * (SLABS - 1) - 1]);
   CHECK_EQ_SZ(full->list, MTP_LIST_HEAP_FULL);
   /* a free into a full slab: to partial */
   mtp_free(b[cap * (SLABS - 1) - 1]);
@@ -74,14 +74,14 @@ static void test_lists(void) {
 
 /* Fills one slab of class cls (and one block of the next), frees them all but that block: the
  * full slab becomes empty and is cached. Returns it; *keep gets the block left. */
-static mtpi_page_t *cache_one(mtp_pool_t *pool, size_t size, void **keep) {
+static mtpi_desc_t *cache_one(mtp_pool_t *pool, size_t size, void **keep) {
   unsigned cls = mtp__class_of(size);
   uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / mtp__class_size[cls]);
   void **b = calloc((size_t)cap + 1, sizeof(void *));
   CHECK(b != NULL);
   for (uint32_t i = 0; i <= cap; i++) CHECK((b[i] = mtp_pool_alloc(pool, size)) != NULL);
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
-  CHECK(mtp__slab_of((uintptr_t)b[cap]) != s); /* the current slab now */
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)b[0]);
+  CHECK(mtp__run_of((uintptr_t)b[cap]) != s); /* the current slab now */
   for (uint32_t i = 0; i < cap; i++) mtp_free(b[i]);
   if (cls >= MTP_HOT_FIRST) { /* the blocks freed last are listed (hot lists), the slab not empty */
     CHECK(s->list != MTP_LIST_HEAP_CACHE);
@@ -103,7 +103,7 @@ static void test_cache_keeps_format(void) {
   mtpi_heap_t *h;
   void *k1, *k2, *k3;
   /* the same class takes its cached slab back as it was: the block freed last comes first */
-  mtpi_page_t *s = cache_one(pool, 24576, &k1);
+  mtpi_desc_t *s = cache_one(pool, 24576, &k1);
   char *bump = mtp__slab_bump(s);
   CHECK(bump == s->end);
   mtpi_block_t *head = s->free;
@@ -111,7 +111,7 @@ static void test_cache_keeps_format(void) {
   void *keep_cur = k1; /* the current slab still has room: fill it so the cache is asked */
   unsigned cls = mtp__class_of(24576);
   h = mtp__thread_heap(mtp__tl_thread, mtp__pool_in(pool)->id);
-  mtpi_page_t *cur = h->current[cls];
+  mtpi_desc_t *cur = h->current[cls];
   uint32_t left = cur->capacity - MTP_USED(cur);
   void **more = calloc((size_t)left + 2, sizeof(void *));
   CHECK(more != NULL);
@@ -130,14 +130,14 @@ static void test_cache_keeps_format(void) {
   unsigned other = mtp__class_of(32768);
   CHECK(mtp__class_pages[other] == s->pages);
   void *x = mtp_pool_alloc(pool, 32768);
-  CHECK(x != NULL && mtp__slab_of((uintptr_t)x) == s && s->cls == other);
+  CHECK(x != NULL && mtp__run_of((uintptr_t)x) == s && s->cls == other);
   CHECK(mtp__slab_bump(s) == (char *)mtp__page_start(s) + s->block_size);
   mtp_free(x); /* x's slab is its class's current one: it stays */
   /* a full cache lets the oldest go: u makes way for t */
   void *k4;
-  mtpi_page_t *u = cache_one(pool, 18000, &k4);
+  mtpi_desc_t *u = cache_one(pool, 18000, &k4);
   CHECK(u->pages == 8);
-  mtpi_page_t *t = cache_one(pool, 14000, &k3);
+  mtpi_desc_t *t = cache_one(pool, 14000, &k3);
   CHECK(t->pages == 4 && t->list == MTP_LIST_HEAP_CACHE);
   CHECK(u->kind != MTP_PAGE_SLAB || u->list != MTP_LIST_HEAP_CACHE);
   h = mtp__thread_heap(mtp__tl_thread, mtp__pool_in(pool)->id);
@@ -181,7 +181,7 @@ static void test_late_news(void) {
   pthread_t t;
   CHECK(pthread_create(&t, NULL, fill_and_exit, &f) == 0);
   CHECK(pthread_join(t, NULL) == 0);
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)f.blocks[0]);
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)f.blocks[0]);
   CHECK(!(mtp__load_acquire(&s->thread_free) & MTP_TF_OWNED)); /* its owner left it detached */
   /* a quarter of the blocks back: the last of these pushes is news, kept for later */
   uint32_t quarter = (s->detached_used + 3) / 4, i = 0;
@@ -209,7 +209,7 @@ enum { COLD_BLOCKS = 1000 };
 static mtpi_pool_t *cold_pool;
 
 static bool from_shared(void *p) {
-  void *h = mtp__slab_heap(mtp__slab_of((uintptr_t)p));
+  void *h = mtp__slab_heap(mtp__run_of((uintptr_t)p));
   for (unsigned i = 0; i < MTP_SHARED_HEAPS; i++)
     if (h == &cold_pool->shared[i].heap) return true;
   return false;
@@ -349,7 +349,7 @@ static void test_cold_shards(void) {
     CHECK(pthread_join(t, NULL) == 0);
   }
   for (int i = 0; i < 2; i++)
-    CHECK(mtp__slab_heap(mtp__slab_of((uintptr_t)a[i].b)) ==
+    CHECK(mtp__slab_heap(mtp__run_of((uintptr_t)a[i].b)) ==
           &cold_pool->shared[(unsigned)cpu[i] % MTP_SHARED_HEAPS].heap);
   for (int i = 0; i < 2; i++) mtp_free(a[i].b);
   mtp_free(mine);
@@ -394,12 +394,12 @@ static void test_partial_queue(void) {
   void *first = b[0], *second = b[cap]; /* one block in each exhausted slab */
   mtp_free(first);
   mtp_free(second);
-  CHECK(h->partial[cls] == &mtp__slab_of((uintptr_t)first)->link); /* the front */
+  CHECK(h->partial[cls] == &mtp__run_of((uintptr_t)first)->link); /* the front */
   mtp__heap_validate(h);
-  mtpi_page_t *cur = mtp__slab_of((uintptr_t)b[cap * 2]);
+  mtpi_desc_t *cur = mtp__run_of((uintptr_t)b[cap * 2]);
   for (uint32_t i = cap * 2 + 1; i < n; i++) { /* the rest of the current slab */
     CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
-    CHECK(mtp__slab_of((uintptr_t)b[i]) == cur);
+    CHECK(mtp__run_of((uintptr_t)b[i]) == cur);
   }
   mtp__heap_validate(h);
   CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == first);    /* the slab freed into first */
@@ -421,15 +421,15 @@ static void test_freed_into_current(void) {
   b = realloc(b, n * sizeof(void *));
   CHECK(b != NULL);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s1 = mtp__slab_of((uintptr_t)b[cap]);
-  mtpi_page_t *s2 = mtp__slab_of((uintptr_t)b[cap * 2]);
+  mtpi_desc_t *s0 = mtp__run_of((uintptr_t)b[0]), *s1 = mtp__run_of((uintptr_t)b[cap]);
+  mtpi_desc_t *s2 = mtp__run_of((uintptr_t)b[cap * 2]);
   CHECK(h->current[cls] == s2);
   void *p1 = b[cap];
   mtp_free(p1); /* S2 has room: S1 joins the partial queue */
   b[cap] = NULL;
   CHECK(h->current[cls] == s2 && s1->list == MTP_LIST_HEAP_PARTIAL);
   CHECK((b[n - 1] = mtp_pool_alloc(pub, 1024)) != NULL); /* S2's last block: exhausted, current */
-  CHECK(mtp__slab_of((uintptr_t)b[n - 1]) == s2 && h->current[cls] == s2);
+  CHECK(mtp__run_of((uintptr_t)b[n - 1]) == s2 && h->current[cls] == s2);
   void *p0 = b[0];
   mtp_free(p0); /* S0 becomes current; S2 joins the full list */
   CHECK(h->current[cls] == s0);
@@ -464,7 +464,7 @@ static void test_freed_into_current_remote(void) {
   mtpi_pool_t *pool = fill(1024, n, &b);
   mtp_pool_t *pub = mtp__pool_out(pool);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s2 = mtp__slab_of((uintptr_t)b[cap * 2]);
+  mtpi_desc_t *s0 = mtp__run_of((uintptr_t)b[0]), *s2 = mtp__run_of((uintptr_t)b[cap * 2]);
   CHECK(h->current[cls] == s2);
   free_range_t r = {b, cap * 2, cap * 2 + cap / 2}; /* half of S2, from another thread */
   pthread_t t;
@@ -477,7 +477,7 @@ static void test_freed_into_current_remote(void) {
   CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == p0);
   for (uint32_t i = r.from; i < r.to; i++) { /* S0 exhausted again: then S2's remote frees */
     CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
-    CHECK(mtp__slab_of((uintptr_t)b[i]) == s2);
+    CHECK(mtp__run_of((uintptr_t)b[i]) == s2);
   }
   CHECK(h->current[cls] == s2);
   mtp__heap_validate(h);
@@ -485,7 +485,7 @@ static void test_freed_into_current_remote(void) {
 }
 
 /* h's full list of class cls is exactly a, b, c, in that order, and a well-formed queue. */
-static bool full_is(mtpi_heap_t *h, unsigned cls, mtpi_page_t *a, mtpi_page_t *b, mtpi_page_t *c) {
+static bool full_is(mtpi_heap_t *h, unsigned cls, mtpi_desc_t *a, mtpi_desc_t *b, mtpi_desc_t *c) {
   mtpi_node_t *n = h->full[cls];
   return n == &a->link && n->next == &b->link && b->link.next == &c->link && c->link.next == NULL &&
          n->prev == &c->link && c->link.prev == &b->link && b->link.prev == &a->link &&
@@ -508,13 +508,13 @@ static void test_full_trade(void) {
   b = realloc(b, n * sizeof(void *));
   CHECK(b != NULL);
   for (uint32_t i = cap * 2; i < n; i++) CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
-  mtpi_page_t *s[4];
-  for (unsigned k = 0; k < 4; k++) s[k] = mtp__slab_of((uintptr_t)b[cap * k]);
+  mtpi_desc_t *s[4];
+  for (unsigned k = 0; k < 4; k++) s[k] = mtp__run_of((uintptr_t)b[cap * k]);
   CHECK(h->current[cls] == s[3] && full_is(h, cls, s[0], s[1], s[2]));
   static const unsigned into[3] = {1, 2, 0}; /* the middle, then the back, then the front */
   static const unsigned after[3][3] = {{0, 3, 2}, {0, 3, 1}, {2, 3, 1}};
   for (unsigned k = 0; k < 3; k++) {
-    mtpi_page_t *cur = h->current[cls];
+    mtpi_desc_t *cur = h->current[cls];
     void *p = b[cap * into[k]];
     mtp_free(p);
     CHECK(h->current[cls] == s[into[k]]);
@@ -541,7 +541,7 @@ static void test_full_limit_grows(void) {
   b = realloc(b, n * sizeof(void *));
   CHECK(b != NULL);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s2 = mtp__slab_of((uintptr_t)b[cap * 2]);
+  mtpi_desc_t *s0 = mtp__run_of((uintptr_t)b[0]), *s2 = mtp__run_of((uintptr_t)b[cap * 2]);
   uintptr_t me = (uintptr_t)mtp__tl_thread;
   CHECK_EQ_SZ(h->full_limit[cls], MTP_FULL_PER_CLASS);
   CHECK_EQ_SZ(h->full_count[cls], MTP_FULL_PER_CLASS);
@@ -579,7 +579,7 @@ static void test_full_limit_unbounded(void) {
   uint32_t listed = 0, slabs = 0;
   for (mtpi_node_t *it = h->full[cls]; it; it = it->next) listed++;
   for (uint32_t i = 0; i < n; i++) { /* each slab once (its first block), none let go */
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b[i]);
+    mtpi_desc_t *s = mtp__run_of((uintptr_t)b[i]);
     if ((char *)b[i] != mtp__page_start(s)) continue;
     slabs++;
     CHECK(mtp__load_relaxed(&s->owner) != 0);
@@ -654,7 +654,7 @@ static uint32_t replace(mtpi_pool_t *pool, void **b, uint32_t n, size_t size, ui
     *seed = *seed * 1103515245u + 12345u;
     uint32_t k = (*seed >> 8) % n;
     mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-    if (mtp__slab_of((uintptr_t)b[k]) == h->current[mtp__class_of(size)]) continue;
+    if (mtp__run_of((uintptr_t)b[k]) == h->current[mtp__class_of(size)]) continue;
     void *p = b[k];
     mtp_free(p);
     CHECK((b[k] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
@@ -683,7 +683,7 @@ static void test_stand_in(void) {
   /* a run of frees: listed up to the bound, the rest freed into their slabs */
   uint32_t freed[96], nf = 0, listed = 0;
   for (uint32_t k = 0; nf < 96 && k < n; k++) {
-    if (mtp__slab_of((uintptr_t)b[k]) == mtp__slab_of((uintptr_t)b[n - 1])) continue;
+    if (mtp__run_of((uintptr_t)b[k]) == mtp__run_of((uintptr_t)b[n - 1])) continue;
     mtp_free(b[k]);
     freed[nf++] = k;
   }
@@ -697,7 +697,7 @@ static void test_stand_in(void) {
   mtp__heap_validate(h);
   check_live(pool, b, n);
   /* a second free of a listed block is reported, and changes nothing */
-  mtpi_page_t *fs = mtp__slab_of((uintptr_t)first_listed);
+  mtpi_desc_t *fs = mtp__run_of((uintptr_t)first_listed);
   uint8_t fs_list = fs->list;
   uint32_t fs_used = fs->used;
   mtp_set_error_handler(on_error, NULL);
@@ -740,7 +740,7 @@ static void test_stand_in_switch(void) {
   CHECK(h->stand_cls == ca);
   uint32_t k = 0, freed = 0;
   for (; freed < 5; k++) /* five listed */
-    if (mtp__slab_of((uintptr_t)a[k]) != mtp__slab_of((uintptr_t)a[na - 1])) {
+    if (mtp__run_of((uintptr_t)a[k]) != mtp__run_of((uintptr_t)a[na - 1])) {
       mtp_free(a[k]);
       a[k] = NULL;
       freed++;
@@ -776,8 +776,8 @@ static void test_hot_lists(void) {
   mtpi_pool_t *pool = fill(size, N, &b);
   mtp_pool_t *pub = mtp__pool_out(pool);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
-  CHECK(mtp__slab_of((uintptr_t)b[N - 1]) == s && h->current[cls] == s);
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)b[0]);
+  CHECK(mtp__run_of((uintptr_t)b[N - 1]) == s && h->current[cls] == s);
   CHECK(h->hot_cap[i] == 32 && h->hot_n[i] == 0);
   for (uint32_t k = 0; k < 8; k++) {
     mtp_free(b[k]);
@@ -847,8 +847,8 @@ static void test_hot_trim_keeps_newest(void) {
   enum { N = 40 };
   mtpi_pool_t *pool = fill(size, N, &b);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)b[0]);
-  CHECK(mtp__slab_of((uintptr_t)b[N - 1]) == s && s->capacity > N);
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)b[0]);
+  CHECK(mtp__run_of((uintptr_t)b[N - 1]) == s && s->capacity > N);
   CHECK_EQ_SZ(h->hot_cap[i], 32);
   for (uint32_t k = 0; k < 33; k++) mtp_free(b[k]);
   CHECK_EQ_SZ(h->hot_n[i], 17); /* 32 halved to 16, then the 33rd */
@@ -909,7 +909,7 @@ static void test_free_owner_cases(void) {
     uint32_t n = cap + 1; /* S0 exhausted, S1 current with one block */
     mtpi_pool_t *pool = fill(size, n, &b);
     mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-    mtpi_page_t *s0 = mtp__slab_of((uintptr_t)b[0]), *s1 = mtp__slab_of((uintptr_t)b[cap]);
+    mtpi_desc_t *s0 = mtp__run_of((uintptr_t)b[0]), *s1 = mtp__run_of((uintptr_t)b[cap]);
     const uintptr_t me = (uintptr_t)mtp__tl_thread;
     CHECK(s0 != s1 && h->current[cls] == s1);
     CHECK(mtp__load_relaxed(&s0->owner) == (me | MTP_OWNER_FULL));

@@ -68,7 +68,7 @@ static void test_advice(void) {
   const char *env = getenv("MTPOOL_HUGEPAGES");
   int mode = mtp__hugepages_mode();
   mtpi_rset_t rs = {0};
-  mtpi_page_t *s = mtp__region_alloc_span(&rs, 1, NULL, false, false);
+  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
   REQUIRE(s != NULL, "a span");
   s->kind = MTP_PAGE_SLAB;
   mtpi_region_t *r = mtp__region_of((uintptr_t)s);
@@ -88,13 +88,13 @@ static void test_advice(void) {
     CHECK(!has_flag(flags, "nh") && !has_flag(flags, "hg"));
     CHECK(r->h.huge_pages == 0);
   }
-  mtp__region_free_span(&rs, s, 0);
+  mtp__region_free_run(&rs, s, 0);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK(rs.regions == NULL);
   if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised */
-    mtpi_page_t *t = NULL, *first = NULL;
+    mtpi_desc_t *t = NULL, *first = NULL;
     while (rs.mapped_bytes <= MTP_HUGE_AUTO_BYTES) {
-      t = mtp__region_alloc_span(&rs, 4, NULL, false, false);
+      t = mtp__region_alloc_slab(&rs, 4, NULL, false, false);
       REQUIRE(t != NULL, "a span");
       t->kind = MTP_PAGE_SLAB;
       if (first == NULL) first = t;
@@ -117,7 +117,7 @@ static void test_advice(void) {
 #define RSS_SLACK ((size_t)256 << 10)
 
 /* Write a span's memory as a slab would (a fresh span is poisoned for ASan until formatted). */
-static void touch(mtpi_page_t *s, int byte) {
+static void touch(mtpi_desc_t *s, int byte) {
   char *p = mtp__page_start(s);
   mtp__track_alloc(p, MTP_PAGE_SIZE);
   memset(p, byte, MTP_PAGE_SIZE);
@@ -128,9 +128,9 @@ static void touch(mtpi_page_t *s, int byte) {
  * advised huge again once it is all free. */
 static void test_huge_purge(void) {
   mtpi_rset_t rs = {0};
-  mtpi_page_t *got[MTP_PAGES_PER_REGION] = {0};
+  mtpi_desc_t *got[MTP_PAGES_PER_REGION] = {0};
   for (unsigned i = 0; i < MTP_REGION_USABLE_PAGES; i++) {
-    mtpi_page_t *s = mtp__region_alloc_span(&rs, 1, NULL, false, false);
+    mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
     REQUIRE(s != NULL, "a span");
     s->kind = MTP_PAGE_SLAB;
     got[s - mtp__region_of((uintptr_t)s)->pages] = s;
@@ -149,7 +149,7 @@ static void test_huge_purge(void) {
   uint64_t upper = ~0ull << first, lower = ~upper;
   /* free all but one page in each half; one page of the huge range later than the others */
   for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
-    if (i != keep && i != low_keep) mtp__region_free_span(&rs, got[i], i == late ? 900 : 100);
+    if (i != keep && i != low_keep) mtp__region_free_run(&rs, got[i], i == late ? 900 : 100);
   size_t rss0 = th_rss();
   size_t back = mtp__region_purge(&rs, 1000, 500, false);
   /* the small half purged page by page; the huge range waits for its last free page */
@@ -171,14 +171,14 @@ static void test_huge_purge(void) {
   EXPECT(rss0 > rss1 && rss0 - rss1 + RSS_SLACK >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
   CHECK(((const char *)mtp__page_start(got[keep]))[5] == 1); /* the page in use kept its data */
   /* split, it is purged page by page */
-  mtpi_page_t *again = mtp__region_alloc_span(&rs, 1, NULL, false, false);
+  mtpi_desc_t *again = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
   REQUIRE(again != NULL && mtp__region_of((uintptr_t)again) == r, "a span of the region");
   again->kind = MTP_PAGE_SLAB;
   touch(again, 4);
-  mtp__region_free_span(&rs, again, 3000);
+  mtp__region_free_run(&rs, again, 3000);
   CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false), MTP_PAGE_SIZE);
   /* the last used page of the range is freed: purged whole after the delay, advised huge again */
-  mtp__region_free_span(&rs, got[keep], 4000);
+  mtp__region_free_run(&rs, got[keep], 4000);
   CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false), 0); /* not due yet */
   CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false), MTP_PAGE_SIZE);
   CHECK(r->h.huge_split[0] == 0);
@@ -186,7 +186,7 @@ static void test_huge_purge(void) {
   printf("  all free: VmFlags:%s", flags);
   CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
   /* a forced purge (trim) does not wait for the delay */
-  mtp__region_free_span(&rs, got[low_keep], 5000);
+  mtp__region_free_run(&rs, got[low_keep], 5000);
   CHECK(mtp__region_purge(&rs, 5000, 500, true) >= MTP_PAGE_SIZE);
   CHECK(rs.regions == NULL); /* all free and clean: unmapped */
   CHECK(!mtp__is_region_ptr((uintptr_t)r));

@@ -7,10 +7,10 @@
 
 static void test_spans_and_page_map(void) {
   mtpi_rset_t rs = {0};
-  mtpi_page_t *s[3];
+  mtpi_desc_t *s[3];
   unsigned pages[3] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
-    s[i] = mtp__region_alloc_span(&rs, pages[i], NULL, false, false);
+    s[i] = mtp__region_alloc_slab(&rs, pages[i], NULL, false, false);
     CHECK(s[i] != NULL);
     s[i]->kind = MTP_PAGE_SLAB; /* what a slab format would do */
     char *start = mtp__page_start(s[i]);
@@ -19,7 +19,7 @@ static void test_spans_and_page_map(void) {
     CHECK(mtp__page_set(s[i]) == &rs);
     /* every byte of the span maps back to the span's first descriptor */
     for (size_t off = 0; off < ((size_t)pages[i] << MTP_PAGE_SHIFT); off += 4096)
-      CHECK(mtp__slab_of((uintptr_t)start + off) == s[i]);
+      CHECK(mtp__run_of((uintptr_t)start + off) == s[i]);
   }
   mtp__region_validate(&rs);
   CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE);
@@ -28,7 +28,7 @@ static void test_spans_and_page_map(void) {
   CHECK(mtp__page_desc((uintptr_t)r)->kind == MTP_PAGE_HEADER);
   CHECK(!mtp__is_region_ptr((uintptr_t)r - MTP_REGION_SIZE) ||
         mtp__region_of((uintptr_t)r - 1) != r);
-  for (int i = 0; i < 3; i++) mtp__region_free_span(&rs, s[i], 0);
+  for (int i = 0; i < 3; i++) mtp__region_free_run(&rs, s[i], 0);
   mtp__region_validate(&rs);
   CHECK(mtp__region_dirty_left(&rs));
   /* all free and due: purged, then the region (all free and clean) is unmapped */
@@ -41,20 +41,20 @@ static void test_spans_and_page_map(void) {
 
 static void test_fill_a_region(void) {
   mtpi_rset_t rs = {0};
-  mtpi_page_t *got[MTP_PAGES_PER_REGION];
+  mtpi_desc_t *got[MTP_PAGES_PER_REGION];
   unsigned n = 0;
   for (; n < MTP_REGION_USABLE_PAGES; n++) {
-    got[n] = mtp__region_alloc_span(&rs, 1, NULL, false, false);
+    got[n] = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
     CHECK(got[n] != NULL);
     got[n]->kind = MTP_PAGE_SLAB;
   }
   CHECK(rs.regions->next == NULL); /* one region held them all */
-  mtpi_page_t *more = mtp__region_alloc_span(&rs, 1, NULL, false, false); /* a second region */
+  mtpi_desc_t *more = mtp__region_alloc_slab(&rs, 1, NULL, false, false); /* a second region */
   CHECK(more != NULL && mtp__region_of((uintptr_t)more) != mtp__region_of((uintptr_t)got[0]));
   more->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs); /* the full region went to the back */
-  for (unsigned i = 0; i < n; i++) mtp__region_free_span(&rs, got[i], 0);
-  mtp__region_free_span(&rs, more, 0);
+  for (unsigned i = 0; i < n; i++) mtp__region_free_run(&rs, got[i], 0);
+  mtp__region_free_run(&rs, more, 0);
   mtp__region_validate(&rs);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK(rs.regions == NULL);
@@ -66,31 +66,31 @@ static void test_fill_a_region(void) {
 static void test_claims(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *a = NULL, *b = NULL, *c = NULL;
-  mtpi_page_t *sa = mtp__region_alloc_span(&rs, 1, &a, true, true);
+  mtpi_desc_t *sa = mtp__region_alloc_slab(&rs, 1, &a, true, true);
   CHECK(sa != NULL && a == mtp__region_of((uintptr_t)sa) && a->h.claim == &a);
   sa->kind = MTP_PAGE_SLAB;
-  mtpi_page_t *sb = mtp__region_alloc_span(&rs, 1, &b, true, true);
+  mtpi_desc_t *sb = mtp__region_alloc_slab(&rs, 1, &b, true, true);
   CHECK(sb != NULL && b == mtp__region_of((uintptr_t)sb) && b != a && b->h.claim == &b);
   sb->kind = MTP_PAGE_SLAB;
-  mtpi_page_t *sa2 = mtp__region_alloc_span(&rs, 1, &a, true, true); /* from its own region again */
+  mtpi_desc_t *sa2 = mtp__region_alloc_slab(&rs, 1, &a, true, true); /* from its own region again */
   CHECK(sa2 != NULL && mtp__region_of((uintptr_t)sa2) == a);
   sa2->kind = MTP_PAGE_SLAB;
   /* a resident page of a's region goes to a third heap, which claims nothing for it */
-  mtp__region_free_span(&rs, sa2, 0);
-  mtpi_page_t *sc = mtp__region_alloc_span(&rs, 1, &c, true, true);
+  mtp__region_free_run(&rs, sa2, 0);
+  mtpi_desc_t *sc = mtp__region_alloc_slab(&rs, 1, &c, true, true);
   CHECK(sc == sa2 && c == NULL && a->h.claim == &a);
   sc->kind = MTP_PAGE_SLAB;
   /* its next fresh page: not in a's or b's region, but a region it claims */
-  mtpi_page_t *sc2 = mtp__region_alloc_span(&rs, 1, &c, true, true);
+  mtpi_desc_t *sc2 = mtp__region_alloc_slab(&rs, 1, &c, true, true);
   CHECK(sc2 != NULL && c != NULL && c != a && c != b && c->h.claim == &c);
   sc2->kind = MTP_PAGE_SLAB;
   /* without a hint (checked mode): any free page */
-  mtpi_page_t *sn = mtp__region_alloc_span(&rs, 1, NULL, false, false);
+  mtpi_desc_t *sn = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
   CHECK(sn != NULL && rs.mapped_bytes == 3 * MTP_REGION_SIZE);
   sn->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs);
-  mtpi_page_t *all[] = {sa, sb, sc, sc2, sn};
-  for (unsigned i = 0; i < 5; i++) mtp__region_free_span(&rs, all[i], 0);
+  mtpi_desc_t *all[] = {sa, sb, sc, sc2, sn};
+  for (unsigned i = 0; i < 5; i++) mtp__region_free_run(&rs, all[i], 0);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK_EQ_SZ(rs.mapped_bytes, 3 * MTP_REGION_SIZE); /* claimed regions stay mapped */
   CHECK(mtp__is_region_ptr((uintptr_t)a) && mtp__is_region_ptr((uintptr_t)c));
@@ -110,36 +110,36 @@ static void test_claims(void) {
 static void test_first_spans_share(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *f = NULL;
-  mtpi_page_t *sf = mtp__region_alloc_span(&rs, 1, &f, false, false);
+  mtpi_desc_t *sf = mtp__region_alloc_slab(&rs, 1, &f, false, false);
   CHECK(sf != NULL && f == mtp__region_of((uintptr_t)sf) && f->h.claim == &f && rs.claimed == 1);
   sf->kind = MTP_PAGE_SLAB;
-  mtp__region_free_span(&rs, sf, 0);
+  mtp__region_free_run(&rs, sf, 0);
   mtp__region_unclaim(&f);
   CHECK(rs.claimed == 0);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK(rs.regions == NULL);
   rs.claimed = MTP_REGION_FREE_CLAIMS; /* as if that many heaps held a region each */
   mtpi_region_t *h[8] = {0};
-  mtpi_page_t *s[8];
+  mtpi_desc_t *s[8];
   for (unsigned i = 0; i < 8; i++) {
-    s[i] = mtp__region_alloc_span(&rs, 1, &h[i], false, false);
+    s[i] = mtp__region_alloc_slab(&rs, 1, &h[i], false, false);
     CHECK(s[i] != NULL && h[i] == NULL);
     s[i]->kind = MTP_PAGE_SLAB;
   }
   CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE); /* one region for the eight */
   mtpi_region_t *g = NULL;
-  mtpi_page_t *sg = mtp__region_alloc_span(&rs, 1, &g, true, true);
+  mtpi_desc_t *sg = mtp__region_alloc_slab(&rs, 1, &g, true, true);
   CHECK(sg != NULL && g == mtp__region_of((uintptr_t)sg) && g->h.claim == &g);
   sg->kind = MTP_PAGE_SLAB;
   mtpi_region_t *x = NULL;
-  mtpi_page_t *sx = mtp__region_alloc_span(&rs, 1, &x, false, false);
+  mtpi_desc_t *sx = mtp__region_alloc_slab(&rs, 1, &x, false, false);
   CHECK(sx != NULL && x == NULL && mtp__region_of((uintptr_t)sx) != g);
   CHECK(mtp__region_of((uintptr_t)sx)->h.claim == NULL);
   sx->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs);
-  for (unsigned i = 0; i < 8; i++) mtp__region_free_span(&rs, s[i], 0);
-  mtp__region_free_span(&rs, sg, 0);
-  mtp__region_free_span(&rs, sx, 0);
+  for (unsigned i = 0; i < 8; i++) mtp__region_free_run(&rs, s[i], 0);
+  mtp__region_free_run(&rs, sg, 0);
+  mtp__region_free_run(&rs, sx, 0);
   mtp__region_unclaim(&g);
   CHECK(rs.claimed == MTP_REGION_FREE_CLAIMS);
   mtp__region_purge(&rs, 0, -1, true);
@@ -152,10 +152,10 @@ static void test_populate_ahead(void) {
   for (int populate = 0; populate <= 1; populate++) {
     mtpi_rset_t rs = {0};
     mtpi_region_t *r = NULL;
-    mtpi_page_t *s[8];
+    mtpi_desc_t *s[8];
     size_t asked = 0;
     for (unsigned i = 0; i < 8; i++) {
-      s[i] = mtp__region_alloc_span(&rs, 1, &r, true, populate != 0);
+      s[i] = mtp__region_alloc_slab(&rs, 1, &r, true, populate != 0);
       CHECK(s[i] != NULL);
       s[i]->kind = MTP_PAGE_SLAB;
       void *at;
@@ -170,17 +170,17 @@ static void test_populate_ahead(void) {
       CHECK_EQ_SZ(asked, 0);
       /* nor did those spans count towards the streak: the next one that may populate is the
        * first of a streak, so it asks for nothing */
-      mtpi_page_t *t = mtp__region_alloc_span(&rs, 1, &r, true, true);
+      mtpi_desc_t *t = mtp__region_alloc_slab(&rs, 1, &r, true, true);
       CHECK(t != NULL);
       t->kind = MTP_PAGE_SLAB;
       void *at;
       size_t len;
       (void)mtp__region_take_populate(&rs, &at, &len);
       CHECK_EQ_SZ(len, 0);
-      mtp__region_free_span(&rs, t, 0);
+      mtp__region_free_run(&rs, t, 0);
     }
     mtp__region_validate(&rs);
-    for (unsigned i = 0; i < 8; i++) mtp__region_free_span(&rs, s[i], 0);
+    for (unsigned i = 0; i < 8; i++) mtp__region_free_run(&rs, s[i], 0);
     mtp__region_unclaim(&r);
     mtp__region_purge(&rs, 0, -1, true);
     CHECK(rs.regions == NULL);

@@ -7,8 +7,8 @@
 
 static mtpi_rset_t rs;
 
-static mtpi_page_t *fresh(unsigned cls) {
-  mtpi_page_t *s = mtp__region_alloc_span(&rs, mtp__class_pages[cls], NULL, false, false);
+static mtpi_desc_t *fresh(unsigned cls) {
+  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, mtp__class_pages[cls], NULL, false, false);
   CHECK(s != NULL);
   mtp__slab_format(s, cls, false);
   mtp__store_relaxed(&s->owner, 1);
@@ -19,7 +19,7 @@ static void test_carve_page_sizes(void) {
   size_t os_pages[] = {4096, 16384, 65536};
   unsigned cls = mtp__class_of(48);
   for (int k = 0; k < 3; k++) {
-    mtpi_page_t *s = fresh(cls);
+    mtpi_desc_t *s = fresh(cls);
     CHECK(mtp__slab_carve(s, os_pages[k]));
     char *start = mtp__page_start(s);
     /* carved up to the end of the first OS page, whole blocks only */
@@ -33,17 +33,17 @@ static void test_carve_page_sizes(void) {
     }
     CHECK(mtp__slab_bump(s) == s->end);
     mtp__slab_validate(s);
-    mtp__region_free_span(&rs, s, 0);
+    mtp__region_free_run(&rs, s, 0);
   }
   /* a class larger than the OS page still carves one whole block */
-  mtpi_page_t *s = fresh(mtp__class_of(20000));
+  mtpi_desc_t *s = fresh(mtp__class_of(20000));
   CHECK(mtp__slab_carve(s, 4096));
   CHECK(mtp__slab_bump(s) == mtp__page_start(s) + s->block_size);
-  mtp__region_free_span(&rs, s, 0);
+  mtp__region_free_run(&rs, s, 0);
 }
 
 static void test_local_and_remote(void) {
-  mtpi_page_t *s = fresh(mtp__class_of(64));
+  mtpi_desc_t *s = fresh(mtp__class_of(64));
   CHECK(mtp__slab_extend(s));
   mtpi_block_t *a = mtp__slab_pop(s), *b = mtp__slab_pop(s), *c = mtp__slab_pop(s);
   CHECK(a && b && c && s->used == 3);
@@ -56,11 +56,11 @@ static void test_local_and_remote(void) {
   mtp__slab_validate(s);
   CHECK(mtp__slab_push_local(s, c)); /* the last block: the slab became empty */
   CHECK_EQ_SZ(s->used, 0);
-  mtp__region_free_span(&rs, s, 0);
+  mtp__region_free_run(&rs, s, 0);
 }
 
 static void test_detach_news_adopt(void) {
-  mtpi_page_t *s = fresh(mtp__class_of(1024)); /* 64 blocks */
+  mtpi_desc_t *s = fresh(mtp__class_of(1024)); /* 64 blocks */
   uint32_t cap = s->capacity, n;
   mtpi_block_t **blocks = calloc(cap, sizeof(*blocks));
   while (mtp__slab_extend(s)) {
@@ -108,7 +108,7 @@ static void test_detach_news_adopt(void) {
   }
   CHECK_EQ_SZ(MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)), s->detached_used);
   free(blocks);
-  mtp__region_free_span(&rs, s, 0);
+  mtp__region_free_run(&rs, s, 0);
 }
 
 int main(void) {

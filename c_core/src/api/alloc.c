@@ -35,7 +35,7 @@ const char *mtp_version(void) {
 /* ---- allocation ---- */
 
 MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls) {
-  mtpi_page_t *s = h->current[cls];
+  mtpi_desc_t *s = h->current[cls];
   mtpi_block_t *b = mtp__slab_pop(s);
   if (MTP_UNLIKELY(b == NULL)) return NULL;
   h->m.allocs++;
@@ -93,7 +93,7 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   unsigned cls = mtp__class_aligned(size ? size : 1, alignment);
   if (cls < MTP_NUM_CLASSES) return mtp__heap_alloc_class(pool, cls);
   /* a medium block starts on a page: 64 KiB aligned */
-  if (size <= MTP_SPAN_MAX && alignment <= MTP_PAGE_SIZE) return mtp__heap_span_alloc(pool, size, false);
+  if (size <= MTP_MEDIUM_MAX && alignment <= MTP_PAGE_SIZE) return mtp__heap_medium_alloc(pool, size, false);
   return mtp__large_alloc(pool, size, alignment);
 }
 
@@ -109,7 +109,7 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
  * pages (span.c, large.c). */
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
-  if (!p->check) return n <= MTP_SPAN_MAX ? mtp__heap_span_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
+  if (!p->check) return n <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
   void *b = mtp_pool_alloc(pool, n);
   if (b != NULL) memset(b, 0, n);
   return b;
@@ -144,7 +144,7 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
 
 /* The owner's free of a block above MTP_DIRECT_MAX: onto its heap's hot list of the class, for
  * the next allocation of the class to take back (heap.c); a full list is trimmed there first. */
-MTP_INLINE void free_hot(mtpi_page_t *s, mtpi_block_t *b) {
+MTP_INLINE void free_hot(mtpi_desc_t *s, mtpi_block_t *b) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   unsigned cls = s->cls;
   if (MTP_UNLIKELY(h->hot_n[cls - MTP_HOT_FIRST] >= h->hot_cap[cls - MTP_HOT_FIRST]))
@@ -158,7 +158,7 @@ MTP_INLINE void free_hot(mtpi_page_t *s, mtpi_block_t *b) {
  * free list and the carving hand it out twice. An interior pointer into a handed-out block is
  * not caught here (that takes a division, or a multiply by a per-class reciprocal: about four
  * more instructions); the slow paths and checked mode catch it. */
-MTP_INLINE void free_fast(mtpi_page_t *d, mtpi_page_t *s, void *p) {
+MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
   mtpi_block_t *b = (mtpi_block_t *)p;
   /* relaxed owner: a hint (types.h); the compare is against our own token, which only this
    * thread writes there. mine is 0 for one of our current slabs, MTP_OWNER_FULL for one of our
@@ -194,7 +194,7 @@ MTP_INLINE void free_fast(mtpi_page_t *d, mtpi_page_t *s, void *p) {
   mtp__heap_free_other(d, b);
 }
 
-/* free_fast gets the head of b's page (mtp__page_head: one load, no branch), so a block in a
+/* free_fast gets the head of b's page (mtp__run_head: one load, no branch), so a block in a
  * later page of a multi-page slab (classes above 4 KiB) takes the fast path as one in the first
  * page does; before, the owner compare on the page's own TAIL descriptor (no owner) sent it to
  * mtp__heap_free_other: a branch that mispredicted on about half the frees of the 1-32 KiB churn. */
@@ -204,14 +204,14 @@ void mtp_free(void *p) {
     free_not_region(p, 0, false);
     return;
   }
-  mtpi_page_t *d = mtp__page_desc(u);
-  free_fast(d, mtp__page_head(d), p);
+  mtpi_desc_t *d = mtp__page_desc(u);
+  free_fast(d, mtp__run_head(d), p);
 }
 
-static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
-  mtpi_page_t *h = mtp__page_head(s);
-  if (h->kind == MTP_PAGE_SPAN) {
-    mtp__heap_span_free(h, p, size, true);
+static void free_sized_check(mtpi_desc_t *s, void *p, size_t size) {
+  mtpi_desc_t *h = mtp__run_head(s);
+  if (h->kind == MTP_PAGE_MEDIUM) {
+    mtp__heap_medium_free(h, p, size, true);
     return;
   }
   if (h->kind == MTP_PAGE_SLAB) {
@@ -232,7 +232,7 @@ static void free_sized_check(mtpi_page_t *s, void *p, size_t size) {
   mtp__heap_free_slow(s, (mtpi_block_t *)p);
 }
 
-static MTP_NOINLINE void free_sized_slow(mtpi_page_t *s, void *p, size_t size) {
+static MTP_NOINLINE void free_sized_slow(mtpi_desc_t *s, void *p, size_t size) {
   int e = errno; /* frees leave errno alone (mtpool.h); a report may set it */
   free_sized_check(s, p, size);
   errno = e;
@@ -244,7 +244,7 @@ void mtp_free_sized(void *p, size_t size) {
     free_not_region(p, size, true);
     return;
   }
-  mtpi_page_t *d = mtp__page_desc(u), *s = mtp__page_head(d);
+  mtpi_desc_t *d = mtp__page_desc(u), *s = mtp__run_head(d);
   if (MTP_LIKELY(size - s->size_min <= s->size_span)) /* size maps to this block's class */
     free_fast(d, s, p);
   else
@@ -257,13 +257,13 @@ void mtp_free_sized(void *p, size_t size) {
  * told without checked mode). *slab_out: its slab or medium block's descriptor, NULL for a large
  * block. */
 static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
-                   mtpi_page_t **slab_out) {
+                   mtpi_desc_t **slab_out) {
   uintptr_t u = (uintptr_t)p;
   if (mtp__is_region_ptr(u)) {
-    mtpi_page_t *s = mtp__slab_of(u);
-    if (s->kind == MTP_PAGE_SPAN) { /* freed: MTP_SPAN_CACHED (types.h) */
+    mtpi_desc_t *s = mtp__run_of(u);
+    if (s->kind == MTP_PAGE_MEDIUM) { /* freed: MTP_MEDIUM_FREED (types.h) */
       if ((const char *)p != mtp__page_start(s) || mtp__load_relaxed(&s->thread_free) != 0) return false;
-      *usable_out = mtp__span_usable(s);
+      *usable_out = mtp__medium_usable(s);
     } else if (s->kind != MTP_PAGE_SLAB) {
       return false;
     } else if (s->checked) { /* a checked block's user address may be past its front guard */
@@ -312,7 +312,7 @@ void *mtp_realloc(void *p, size_t size) {
     if (q != NULL) return q;
   }
   mtpi_pool_t *pool = NULL;
-  mtpi_page_t *s = NULL;
+  mtpi_desc_t *s = NULL;
   size_t old = 0;
   if (!lookup(p, &old, &pool, &s)) {
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (realloc)", p);
@@ -323,8 +323,8 @@ void *mtp_realloc(void *p, size_t size) {
    * size stays valid. (A medium block's cls is MTP_NUM_CLASSES: never equal.) */
   if (s != NULL && !s->checked && size <= MTP_MAX_SMALL && mtp__class_of(size) == s->cls) return p;
   /* A medium block that stays medium: grown into the free pages after it, or shrunk, in place. */
-  bool span = s != NULL && s->kind == MTP_PAGE_SPAN;
-  if (span && size > MTP_MAX_SMALL && size <= MTP_SPAN_MAX && mtp__span_resize(p, size)) return p;
+  bool span = s != NULL && s->kind == MTP_PAGE_MEDIUM;
+  if (span && size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX && mtp__medium_resize(p, size)) return p;
   /* A block that becomes large gets an eighth more room at once. Checked pools keep the exact
    * canary: they copy. */
   void *q = NULL;
@@ -336,8 +336,8 @@ void *mtp_realloc(void *p, size_t size) {
     /* One that becomes medium gets its pages (which realloc grows in place while it can), up to
      * REALLOC_SPAN_MAX: above it, a block that realloc moves is a growing buffer, and a large
      * block grows by mremap (no copy), where a span's growth that no free pages follow copies it,
-     * and so does its move to a large block past MTP_SPAN_MAX. */
-    q = size <= REALLOC_SPAN_MAX ? mtp__heap_span_alloc(pool, size, false)
+     * and so does its move to a large block past MTP_MEDIUM_MAX. */
+    q = size <= REALLOC_SPAN_MAX ? mtp__heap_medium_alloc(pool, size, false)
                              : mtp__large_alloc_room(pool, size, size / 8);
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);

@@ -1,5 +1,5 @@
 /* Statistics: gathered on demand by walking a pool's slab descriptors, heaps and large blocks
- * (medium blocks, spans of region pages, are counted with the large ones).
+ * (medium blocks, runs of region pages, are counted with the large ones).
  * The fast path keeps only plain per-slab and per-heap counters; reading those from here races
  * with their owners by design (see MTP_NO_TSAN): figures are exact once threads are quiet.
  * Reports are formatted into a stack buffer and written with fputs: nothing here allocates from
@@ -11,7 +11,7 @@
 
 #include "heap/heap.h"
 
-MTP_NO_TSAN static size_t slab_in_use(mtpi_page_t *s) {
+MTP_NO_TSAN static size_t slab_in_use(mtpi_desc_t *s) {
   uintptr_t w = mtp__load_relaxed(&s->thread_free);
   uint32_t pending = MTP_TF_COUNT(w);
   uint32_t base = (w & MTP_TF_OWNED) ? (*(volatile uint32_t *)&s->used & ~MTP_USED_CURRENT)
@@ -19,14 +19,14 @@ MTP_NO_TSAN static size_t slab_in_use(mtpi_page_t *s) {
   return base > pending ? base - pending : 0;
 }
 
-/* The cache path re-formats a slab, and caches and hands out spans, without the pool lock: read
+/* The cache path re-formats a slab, and caches and hands out runs, without the pool lock: read
  * descriptors as a racy snapshot. Returns the bytes of s if it is a medium block in use (0
- * otherwise; a span in a thread's cache is free bytes). A SPAN's kind and pages are written only
- * under the pool lock, which the caller holds (the cache path writes SLAB over SLAB, never SPAN). */
-MTP_NO_TSAN static size_t slab_account(mtpi_page_t *s, mtp_stats_t *out) {
+ * otherwise; a run in a thread's cache is free bytes). A MEDIUM's kind and pages are written only
+ * under the pool lock, which the caller holds (the cache path writes SLAB over SLAB, never MEDIUM). */
+MTP_NO_TSAN static size_t slab_account(mtpi_desc_t *s, mtp_stats_t *out) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
-  if (kind == MTP_PAGE_SPAN)
-    return mtp__load_relaxed(&s->thread_free) == MTP_SPAN_CACHED ? 0 : mtp__span_usable(s);
+  if (kind == MTP_PAGE_MEDIUM)
+    return mtp__load_relaxed(&s->thread_free) == MTP_MEDIUM_FREED ? 0 : mtp__medium_usable(s);
   if (kind != MTP_PAGE_SLAB) return 0;
   unsigned cls = s->cls;
   if (cls >= MTP_NUM_CLASSES) return 0;
@@ -53,18 +53,18 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   out->num_classes = MTP_NUM_CLASSES;
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) out->classes[c].block_size = mtp__class_size[c];
   uint64_t allocs, remote;
-  size_t spans = 0, span_bytes = 0; /* medium blocks: in the regions, shown as large blocks */
+  size_t mediums = 0, medium_bytes = 0; /* medium blocks: in the regions, shown as large blocks */
   size_t listed[MTP_NUM_CLASSES] = {0};
   mtp__pool_lock(p);
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
       size_t n = slab_account(&r->pages[i], out);
-      spans += n != 0;
-      span_bytes += n;
+      mediums += n != 0;
+      medium_bytes += n;
     }
   }
-  allocs = p->dead_allocs + p->checked_allocs + p->span_allocs;
+  allocs = p->dead_allocs + p->checked_allocs + p->medium_allocs;
   remote = p->dead_remote;
   for (mtpi_node_t *it = p->members; it; it = it->next) {
     mtpi_member_t *m = MTP_CONTAINER(it, mtpi_member_t, link);
@@ -88,8 +88,8 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   mtp__pool_unlock(p);
   pthread_mutex_lock(&mtp__large_lock);
   size_t large_mapped = p->large_bytes;
-  out->large_blocks = p->large_count + spans;
-  out->large_bytes = p->large_bytes + span_bytes;
+  out->large_blocks = p->large_count + mediums;
+  out->large_bytes = p->large_bytes + medium_bytes;
   size_t large_cached = p->large_cached_bytes; /* freed mappings kept for reuse: free, not in use */
   allocs += p->large_allocs;
   pthread_mutex_unlock(&mtp__large_lock);

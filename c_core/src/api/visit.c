@@ -28,7 +28,7 @@
 
 /* Mark the blocks of list that lie in [start, bump) on a block boundary; stop at the first link
  * that does not (an owner's concurrent pop, or a corrupted link). */
-MTP_NO_TSAN static void mark_list(const mtpi_page_t *s, char *start, char *bump, uint32_t bs,
+MTP_NO_TSAN static void mark_list(const mtpi_desc_t *s, char *start, char *bump, uint32_t bs,
                                   mtpi_block_t *list, uint8_t *seen) {
   for (uint32_t n = 0; list != NULL && n < s->capacity; n++) {
     char *b = (char *)list;
@@ -78,15 +78,15 @@ static void listed_mark(const listed_t *l, char *start, char *bump, uint32_t bs,
 
 /* Pool lock held. Visit the live blocks of slab s (or the medium block s); nonzero: visit's stop
  * value. */
-MTP_NO_TSAN static int visit_slab(mtpi_page_t *s, const listed_t *listed, mtp_visit_fn visit,
+MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_visit_fn visit,
                                   void *arg) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
   /* a medium block's kind and pages change only under the pool lock; a freed one may wait in its
    * freeing thread's cache (thread_free: a snapshot while that thread runs) */
-  if (kind == MTP_PAGE_SPAN)
-    return mtp__load_relaxed(&s->thread_free) == MTP_SPAN_CACHED
+  if (kind == MTP_PAGE_MEDIUM)
+    return mtp__load_relaxed(&s->thread_free) == MTP_MEDIUM_FREED
                ? 0
-               : visit(arg, mtp__page_start(s), mtp__span_usable(s), MTP_VISIT_LARGE);
+               : visit(arg, mtp__page_start(s), mtp__medium_usable(s), MTP_VISIT_LARGE);
   if (kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE || s->list == MTP_LIST_POOL_EMPTY)
     return 0;
   uint32_t bs = s->block_size, cap = s->capacity;

@@ -13,7 +13,7 @@
 extern const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1]; /* [(size+7)>>3] -> class */
 extern const uint8_t mtp__class_upper[(MTP_MAX_SMALL >> MTP_UPPER_SHIFT) + 1]; /* [(size+15)>>4] */
 extern const uint32_t mtp__class_size[MTP_NUM_CLASSES];
-extern const uint8_t mtp__class_pages[MTP_NUM_CLASSES]; /* slab span in pages */
+extern const uint8_t mtp__class_pages[MTP_NUM_CLASSES]; /* slab run in pages */
 unsigned mtp__class_of(size_t size);                    /* size <= MTP_MAX_SMALL */
 /* The class of size <= MTP_MAX_SMALL in one table load (two tables: 8-byte steps to 1 KiB, then
  * 16-byte steps, since every class above 1 KiB is a multiple of 16). Inline for the fast paths. */

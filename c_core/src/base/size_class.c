@@ -5,8 +5,8 @@
  *     a class, and classes for "power of two + small header" (4 KiB + 128, 8 KiB + 128: Squid's
  *     4,136-byte node takes 4,224 bytes, not 5,120).
  *   - at most MTP_STATS_MAX_CLASSES classes (the public statistics' array: the ABI).
- * A class's slab spans the fewest 64 KiB pages (a power of two: the region's spans) that hold at
- * least 16 blocks with at most 1/8 of the span left over. tests/unit/test_size_class.c checks
+ * A class's slab runs the fewest 64 KiB pages (a power of two: the region's runs) that hold at
+ * least 16 blocks with at most 1/8 of the run left over. tests/unit/test_size_class.c checks
  * these tables against those rules (and that a slab holds fewer than 2^14 blocks, the remote
  * list's counter). Layer: base. */
 #include "base.h"

@@ -70,11 +70,11 @@
 #define MTP_PAGE_SIZE ((size_t)1 << MTP_PAGE_SHIFT)
 #define MTP_PAGES_PER_REGION (MTP_REGION_SIZE / MTP_PAGE_SIZE)
 #define MTP_MAX_SMALL 32768  /* largest size class; above it, medium and large blocks */
-/* Medium blocks: a request in (MTP_MAX_SMALL, MTP_SPAN_MAX] gets a span of whole pages of the
- * pool's regions (pool/span.c); above it, a large block (pool/large.c). At most a region's usable
+/* Medium blocks: a request in (MTP_MAX_SMALL, MTP_MEDIUM_MAX] gets a run of whole pages of the
+ * pool's regions (pool/medium.c); above it, a large block (pool/large.c). At most a region's usable
  * pages (region.h checks). */
-#ifndef MTP_SPAN_MAX
-#define MTP_SPAN_MAX ((size_t)256 << 10)
+#ifndef MTP_MEDIUM_MAX
+#define MTP_MEDIUM_MAX ((size_t)256 << 10)
 #endif
 /* Shared heaps per pool (heap.c, cold classes): threads on different CPUs take their first blocks
  * under different locks. */
@@ -114,9 +114,9 @@ typedef struct mtpi_thread mtpi_thread_t;
 typedef struct mtpi_region mtpi_region_t;
 typedef struct mtp_pool mtpi_pool_t; /* the public opaque type's definition (pool layer) */
 
-/* What a page descriptor describes (written by the region layer, and for SPAN by pool/span.c,
- * under the pool lock). SPAN: the first page of a medium block (see mtpi_page_t). */
-enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3, MTP_PAGE_SPAN = 4 };
+/* What a page descriptor describes (written by the region layer, and for MEDIUM by pool/medium.c,
+ * under the pool lock). MEDIUM: the first page of a medium block (see mtpi_desc_t). */
+enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3, MTP_PAGE_MEDIUM = 4 };
 /* Which list a slab's `link` is on (written by whoever owns that list). */
 enum {
   MTP_LIST_NONE = 0,
@@ -154,25 +154,25 @@ enum {
 #define MTP_USED_CURRENT ((uint32_t)1 << 31)
 #define MTP_USED(s) ((s)->used & ~MTP_USED_CURRENT)
 
-/* A medium block's thread_free once it is freed (pool/span.c): set by the free's CAS, so that of
- * two frees of one block exactly one gets it; cleared when the span is handed out again. */
-#define MTP_SPAN_CACHED ((uintptr_t)1)
-/* A freed medium block's block_size (pool/span.c: its pages' freed pattern is checked on reuse). */
-#define MTP_SPAN_FREED_SIZE UINT32_MAX
+/* A medium block's thread_free once it is freed (pool/medium.c): set by the free's CAS, so that of
+ * two frees of one block exactly one gets it; cleared when the run is handed out again. */
+#define MTP_MEDIUM_FREED ((uintptr_t)1)
+/* A freed medium block's block_size (pool/medium.c: its pages' freed pattern is checked on reuse). */
+#define MTP_MEDIUM_FREED_SIZE UINT32_MAX
 
 /* The page descriptor: one per 64 KiB page of a region, out of band in the region header. A slab
- * spans `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
+ * runs `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
  * (their head points back to the first). A FREE page's descriptor keeps only free_time_ms.
  *
- * A medium block (pool/span.c) is a SPAN: `pages` pages, its first descriptor of kind SPAN, the
- * others TAIL as for a slab. A SPAN descriptor is written under the pool lock when the span
+ * A medium block (pool/medium.c) is a MEDIUM: `pages` pages, its first descriptor of kind MEDIUM, the
+ * others TAIL as for a slab. A MEDIUM descriptor is written under the pool lock when the run
  * is formatted, resized in place (realloc) or released to its region: block_size holds the
  * requested size, `pages` the length; owner is 0 (so every free of it misses the fast path and
  * reaches mtp__heap_free_slow), cls is MTP_NUM_CLASSES, size_min/size_span make a sized free's
  * class compare fail (UINT32_MAX, 0). thread_free is 0 while the block is handed out and
- * MTP_SPAN_CACHED once it is freed. A freed span may wait in the freeing thread's cache (list
+ * MTP_MEDIUM_FREED once it is freed. A freed run may wait in the freeing thread's cache (list
  * MTP_LIST_HEAP_CACHE, pool.c): that thread alone then writes block_size, list and link, and
- * hands the span out again without the pool lock.
+ * hands the run out again without the pool lock.
  *
  * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
  * owning thread's token) or DETACHED (no owner: full when its owner moved on, or abandoned at
@@ -222,7 +222,7 @@ enum {
  * A slab that held no block any more when its pool got it back (list MTP_LIST_POOL_EMPTY, pool
  * lock) is formatted afresh and owned by no one: owner 0, thread_free OWNED with an empty list,
  * bump at its start, so that every free into it fails the bump check (pool.c: "empty slabs"). */
-typedef struct mtpi_page {
+typedef struct mtpi_desc {
   /* first cache line: the owner's */
   mtpi_block_t *free;
   uint32_t used;
@@ -236,15 +236,15 @@ typedef struct mtpi_page {
    * blocks, one thread, 11 interleaved runs: 0.0708 -> 0.0698 s). */
   mtpi_atomic_uptr heap;
   uint16_t cls;
-  /* The descriptor that describes this page's span: for a TAIL its span's first descriptor
-   * (SLAB or SPAN), for every other descriptor itself (written by the region layer: at region
+  /* The descriptor that describes this page's run: for a TAIL its run's first descriptor
+   * (SLAB or MEDIUM), for every other descriptor itself (written by the region layer: at region
    * creation, with the TAILs, and when a page becomes FREE). So the free fast path finds a
    * block's slab with one load and no branch on the kind, a block in a later page of a
    * multi-page slab as one in its first. In the first line, beside owner and bump, which the
    * fast path reads next. Plain, written under the pool lock and read without it: a free of a
-   * block in use reads it while the block keeps its span, and so its head, fixed; a stale pointer
-   * may read another span's head, and the owner and bump checks that follow send it on as before. */
-  struct mtpi_page *head;
+   * block in use reads it while the block keeps its run, and so its head, fixed; a stale pointer
+   * may read another run's head, and the owner and bump checks that follow send it on as before. */
+  struct mtpi_desc *head;
   /* second cache line: shared */
   mtpi_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
   uint32_t detached_used;
@@ -258,13 +258,13 @@ typedef struct mtpi_page {
                             it holds no block */
   uint8_t *check_bits;   /* checked mode: allocation bitmap (one bit per block) */
   mtpi_node_t link;      /* slow paths only (heap, cache and pool lists) */
-} mtpi_page_t;
+} mtpi_desc_t;
 
-_Static_assert(sizeof(mtpi_page_t) == 2 * MTP_CACHE_LINE, "page descriptor is two cache lines");
+_Static_assert(sizeof(mtpi_desc_t) == 2 * MTP_CACHE_LINE, "page descriptor is two cache lines");
 /* What the free fast path reads (api/alloc.c), in the first line: one line per free. */
-_Static_assert(offsetof(mtpi_page_t, head) + sizeof(void *) <= MTP_CACHE_LINE &&
-                   offsetof(mtpi_page_t, cls) < MTP_CACHE_LINE &&
-                   offsetof(mtpi_page_t, heap) < MTP_CACHE_LINE,
+_Static_assert(offsetof(mtpi_desc_t, head) + sizeof(void *) <= MTP_CACHE_LINE &&
+                   offsetof(mtpi_desc_t, cls) < MTP_CACHE_LINE &&
+                   offsetof(mtpi_desc_t, heap) < MTP_CACHE_LINE,
                "the free fast path's fields share the descriptor's first cache line");
 
 /* ------------------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ typedef struct mtpi_rset {
   mtpi_node_t *regions_tail; /* the last of them (NULL when there is none) */
   size_t mapped_bytes;
   size_t clean_bytes;    /* mapped pages known not resident: never used, or purged */
-  unsigned fresh_streak; /* growing spans (region.h) taken from never-touched pages in a row */
+  unsigned fresh_streak; /* growing runs (region.h) taken from never-touched pages in a row */
   unsigned claimed;      /* regions claimed by a heap (region_hint) */
   void *populate_at;     /* a range to fault in outside the lock (see region.h) */
   size_t populate_len;
@@ -311,7 +311,7 @@ typedef struct mtpi_region_hdr {
 struct mtpi_region {
   char guard[MTP_PAGE_SIZE];
   mtpi_region_hdr_t h;
-  mtpi_page_t pages[MTP_PAGES_PER_REGION] __attribute__((aligned(MTP_CACHE_LINE)));
+  mtpi_desc_t pages[MTP_PAGES_PER_REGION] __attribute__((aligned(MTP_CACHE_LINE)));
 };
 
 #define MTP_REGION_HEADER_PAGES ((sizeof(mtpi_region_t) + MTP_PAGE_SIZE - 1) / MTP_PAGE_SIZE)
@@ -346,7 +346,7 @@ typedef struct mtpi_member {
  * owner thread's, except the membership (see mtpi_member_t). Heap records are type-stable: never
  * unmapped, so a stale pointer to one can still be read safely. */
 struct mtpi_heap {
-  mtpi_page_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
+  mtpi_desc_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current: a queue */
   mtpi_node_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
   uint8_t full_count[MTP_NUM_CLASSES];   /* not kept once full_limit is unbounded (heap.c) */
@@ -367,7 +367,7 @@ struct mtpi_heap {
   uint8_t tight_cls;     /* the class of the last free into an exhausted slab ... */
   uint16_t tight_run;    /* ... made while the current slab was exhausted too, and how many in a row */
   uint32_t stand_pushed; /* blocks listed since it began serving; less stand_in.used: listed now */
-  mtpi_page_t stand_in;  /* not a slab: free (the list), used (the fast path's pops), block_size */
+  mtpi_desc_t stand_in;  /* not a slab: free (the list), used (the fast path's pops), block_size */
   /* The hot lists (heap.c): per class above MTP_DIRECT_MAX, blocks this thread freed into its own
    * slabs, newest first, which the allocation fast path hands out before any slab's. Owner only;
    * read racily by statistics and the heap walk (mtp__heap_listed). */
@@ -439,15 +439,15 @@ struct mtp_pool {
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* detached slabs worth adopting */
   /* Empty slabs kept formatted for their class until the purge delay passes (pool.c), newest
    * first (taken there), the first listed at the tail (purged from there); empty_bytes: the
-   * bytes they span. */
+   * bytes they run. */
   mtpi_node_t *empty[MTP_NUM_CLASSES];
   mtpi_node_t *empty_tail[MTP_NUM_CLASSES];
   size_t empty_bytes;
   mtpi_node_t *members;                  /* live heaps (their mtpi_member_t) */
-  mtpi_page_t *checked_current[MTP_NUM_CLASSES];
+  mtpi_desc_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
-  uint64_t span_allocs;              /* cumulative medium blocks (pool/span.c) */
+  uint64_t medium_allocs;              /* cumulative medium blocks (pool/medium.c) */
   /* checked mode's quarantine (heap/checked.c): freed blocks held back from reuse, oldest at
    * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
    * checked free) */

@@ -10,7 +10,7 @@
  * the block never leaves the quarantine).
  * Found here: double free, foreign and interior pointers, a wrong size to a sized free, writes
  * past the requested size or before the block (underflow), writes to a freed block. A front end
- * beside the heaps: it calls the pool layer (lock, spans, release, large blocks) and the slab
+ * beside the heaps: it calls the pool layer (lock, runs, release, large blocks) and the slab
  * layer. Layer: heap. */
 #include <errno.h>
 #include <string.h>
@@ -32,13 +32,13 @@ static bool bit_get(const uint8_t *bits, uint32_t i) { return bits[i >> 3] >> (i
 static void bit_set(uint8_t *bits, uint32_t i) { bits[i >> 3] |= (uint8_t)(1u << (i & 7)); }
 static void bit_clear(uint8_t *bits, uint32_t i) { bits[i >> 3] &= (uint8_t)~(1u << (i & 7)); }
 
-static uint32_t *footer(mtpi_page_t *s, void *b) {
+static uint32_t *footer(mtpi_desc_t *s, void *b) {
   return (uint32_t *)((char *)b + s->block_size - FOOTER);
 }
 
 /* A free-list link read from a freed block is trusted only if it names a free block of the same
  * slab: a write into a freed block's first word must not send the allocator astray. */
-static bool link_ok(mtpi_page_t *s, mtpi_block_t *n) {
+static bool link_ok(mtpi_desc_t *s, mtpi_block_t *n) {
   if (n == NULL) return true;
   char *start = mtp__page_start(s), *b = (char *)n;
   if (b < start || b >= mtp__slab_bump(s) || (size_t)(b - start) % s->block_size != 0) return false;
@@ -48,7 +48,7 @@ static bool link_ok(mtpi_page_t *s, mtpi_block_t *n) {
 /* from: 0 for a quarantined block, sizeof(mtpi_block_t) for one on a free list (its link word);
  * the footer keeps the freed block's size and front flag, so that a report names the address
  * the user held */
-static bool pattern_from_ok(mtpi_page_t *s, const char *b, size_t from) {
+static bool pattern_from_ok(mtpi_desc_t *s, const char *b, size_t from) {
   const uint64_t word = 0x0101010101010101ull * FREED;
   size_t end = s->block_size - FOOTER, i = from;
   for (; i + 8 <= end; i += 8) { /* a word at a time (blocks are 8-aligned; from is 0 or 8) */
@@ -61,17 +61,17 @@ static bool pattern_from_ok(mtpi_page_t *s, const char *b, size_t from) {
   return true;
 }
 /* The address the user held for block b (live or freed: the footer is kept at free). */
-static char *user_of(mtpi_page_t *s, char *b) { return b + ((*footer(s, b) & FRONTED) ? FRONT : 0); }
-static bool pattern_ok(mtpi_page_t *s, const char *b) {
+static char *user_of(mtpi_desc_t *s, char *b) { return b + ((*footer(s, b) & FRONTED) ? FRONT : 0); }
+static bool pattern_ok(mtpi_desc_t *s, const char *b) {
   return pattern_from_ok(s, b, sizeof(mtpi_block_t));
 }
 
 /* Pool lock held. A checked slab of class cls with blocks on its free list, or NULL. */
-static mtpi_page_t *slab_with_free(mtpi_pool_t *pool, unsigned cls) {
+static mtpi_desc_t *slab_with_free(mtpi_pool_t *pool, unsigned cls) {
   for (mtpi_region_t *r = mtp__region_from_node(pool->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next))
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
-      mtpi_page_t *s = &r->pages[i];
+      mtpi_desc_t *s = &r->pages[i];
       if (s->kind == MTP_PAGE_SLAB && s->checked && s->cls == cls && s->free != NULL) return s;
     }
   return NULL;
@@ -80,7 +80,7 @@ static mtpi_page_t *slab_with_free(mtpi_pool_t *pool, unsigned cls) {
 /* Pool lock held. A block of class cls, or NULL (ENOMEM). */
 static void *take_block(mtpi_pool_t *pool, unsigned cls) {
   for (;;) {
-    mtpi_page_t *s = pool->checked_current[cls];
+    mtpi_desc_t *s = pool->checked_current[cls];
     if (s == NULL || (s->free == NULL && mtp__slab_bump(s) >= s->end)) {
       /* Blocks that left the quarantine went onto their own slab's free list: reuse a slab of
        * this class that has some before taking new pages */
@@ -89,7 +89,7 @@ static void *take_block(mtpi_pool_t *pool, unsigned cls) {
         pool->checked_current[cls] = s;
         continue;
       }
-      s = mtp__pool_span_locked(pool, mtp__class_pages[cls]);
+      s = mtp__pool_run_locked(pool, mtp__class_pages[cls]);
       if (s == NULL) return NULL;
       mtp__slab_format(s, cls, true);
       s->check_bits = mtp__meta_alloc((s->capacity + 7) / 8);
@@ -144,7 +144,7 @@ void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
   void *bad = pool->quarantine ? quarantine_step(pool) : NULL;
   char *b = take_block(pool, cls);
   if (b != NULL) {
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
+    mtpi_desc_t *s = mtp__run_of((uintptr_t)b);
     memset(b, CANARY, front);
     memset(b + front + size, CANARY, s->block_size - FOOTER - front - size);
     *footer(s, b) = (uint32_t)size | (front ? FRONTED : 0);
@@ -162,7 +162,7 @@ void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
 /* Pool lock held. The block that the user's p is the start of, or NULL: p must be a block start
  * with no front guard, or 16 bytes into one with a front guard (the footer says which). *bad_alloc
  * is set when p is placed right but the block is not allocated. */
-static char *block_of(mtpi_page_t *s, char *p, bool *not_allocated) {
+static char *block_of(mtpi_desc_t *s, char *p, bool *not_allocated) {
   *not_allocated = false;
   if (s->kind != MTP_PAGE_SLAB || !s->checked) return NULL;
   char *start = mtp__page_start(s);
@@ -191,7 +191,7 @@ static bool quarantine_ready(mtpi_pool_t *pool) {
 /* A block leaves the quarantine: verify its pattern and put it on its slab's free list. Returns
  * the block if it was written to while quarantined (kept out of circulation; the caller reports
  * it), else NULL. */
-static void *unquarantine(mtpi_page_t *s, char *b) {
+static void *unquarantine(mtpi_desc_t *s, char *b) {
   mtp__track_peek(b, s->block_size);
   bool ok = pattern_from_ok(s, b, 0);
   mtp__track_unpeek(b, s->block_size);
@@ -206,20 +206,20 @@ static void *quarantine_pop(mtpi_pool_t *pool) {
   char *b = pool->quarantine[pool->q_head];
   pool->q_head = (pool->q_head + 1) % MTP_QUARANTINE_SLOTS;
   pool->q_count--;
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)b);
   pool->q_bytes -= s->block_size;
   return unquarantine(s, b);
 }
 
 /* Before slab s is released: take its blocks out of the quarantine (the ring keeps its order);
  * returns a block of s written to while quarantined, or NULL. */
-static void *quarantine_drop_slab(mtpi_pool_t *pool, mtpi_page_t *s) {
+static void *quarantine_drop_slab(mtpi_pool_t *pool, mtpi_desc_t *s) {
   void *bad = NULL;
   uint32_t n = pool->q_count, kept = 0;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t at = (pool->q_head + i) % MTP_QUARANTINE_SLOTS;
     char *b = pool->quarantine[at];
-    if (mtp__slab_of((uintptr_t)b) == s) {
+    if (mtp__run_of((uintptr_t)b) == s) {
       mtp__track_peek(b, s->block_size);
       if (!pattern_from_ok(s, b, 0) && bad == NULL) bad = user_of(s, b);
       mtp__track_unpeek(b, s->block_size);
@@ -238,7 +238,7 @@ static void *quarantine_drop_slab(mtpi_pool_t *pool, mtpi_page_t *s) {
  * address returned; NULL if its pattern is intact. */
 static void *quarantine_check(mtpi_pool_t *pool, uint32_t i) {
   char *b = pool->quarantine[(pool->q_head + i) % MTP_QUARANTINE_SLOTS];
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)b);
   mtp__track_peek(b, s->block_size);
   bool ok = pattern_from_ok(s, b, 0);
   mtp__track_unpeek(b, s->block_size);
@@ -280,7 +280,7 @@ void mtp__checked_forget(mtpi_pool_t *pool) {
   pool->q_bytes = 0;
 }
 
-void mtp__checked_free(mtpi_page_t *s, void *p, size_t size, bool sized) {
+void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   int err = 0;
   const char *what = NULL;
@@ -319,7 +319,7 @@ void mtp__checked_free(mtpi_page_t *s, void *p, size_t size, bool sized) {
     mtp__error(err, what, p);
     return;
   }
-  s = mtp__slab_of((uintptr_t)b);
+  s = mtp__run_of((uintptr_t)b);
   uint32_t idx = (uint32_t)((size_t)(b - mtp__page_start(s)) / s->block_size);
   bit_clear(s->check_bits, idx);
   memset(b, FREED, s->block_size - FOOTER);
@@ -347,7 +347,7 @@ void mtp__checked_free(mtpi_page_t *s, void *p, size_t size, bool sized) {
   if (bad) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", bad);
 }
 
-bool mtp__checked_lookup(mtpi_page_t *s, const void *p, size_t *usable) {
+bool mtp__checked_lookup(mtpi_desc_t *s, const void *p, size_t *usable) {
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   mtp__pool_lock(pool);
   bool not_allocated;
@@ -357,7 +357,7 @@ bool mtp__checked_lookup(mtpi_page_t *s, const void *p, size_t *usable) {
   return b != NULL;
 }
 
-void *mtp__checked_user(mtpi_page_t *s, void *b, size_t *usable) {
+void *mtp__checked_user(mtpi_desc_t *s, void *b, size_t *usable) {
   uint32_t f = *footer(s, b);
   *usable = f & ~FRONTED;
   return (char *)b + ((f & FRONTED) ? FRONT : 0);
@@ -369,7 +369,7 @@ static void *find_corrupt(mtpi_pool_t *pool) {
   for (mtpi_region_t *r = mtp__region_from_node(pool->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
-      mtpi_page_t *s = &r->pages[i];
+      mtpi_desc_t *s = &r->pages[i];
       if (s->kind != MTP_PAGE_SLAB || !s->checked) continue;
       mtpi_block_t *b = s->free, *prev = NULL;
       for (uint32_t n = 0; b != NULL && n < s->capacity; n++) {

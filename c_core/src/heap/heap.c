@@ -11,7 +11,7 @@
 
 #include "base/os.h"
 
-mtpi_page_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER, .head = &mtp__slab_empty};
+mtpi_desc_t mtp__slab_empty = {.kind = MTP_PAGE_HEADER, .head = &mtp__slab_empty};
 mtpi_heap_t mtp__heap_empty = {.current = {[0 ... MTP_NUM_CLASSES - 1] = &mtp__slab_empty}};
 mtpi_thread_t mtp__thread_empty;
 MTP_TLS mtpi_heap_t *mtp__tl_default_heap = &mtp__heap_empty;
@@ -104,7 +104,7 @@ static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
 }
 
 static uintptr_t token(mtpi_heap_t *h) { return (uintptr_t)h->thread; }
-static mtpi_page_t *page_of(mtpi_node_t *n) { return n ? MTP_CONTAINER(n, mtpi_page_t, link) : NULL; }
+static mtpi_desc_t *page_of(mtpi_node_t *n) { return n ? MTP_CONTAINER(n, mtpi_desc_t, link) : NULL; }
 
 /* The heap's own lists (partial, full): only the owner touches them. Both are queues (list.h):
  * a slab joins at the back. The slow path takes the partial list's front, the slab that has
@@ -113,22 +113,22 @@ static mtpi_page_t *page_of(mtpi_node_t *n) { return n ? MTP_CONTAINER(n, mtpi_p
  * slabs every few allocations (gp_bench cache --sizes 100:100, 20,000 live blocks: 0.086 s, 0.041
  * now; tcmalloc 0.033; bench/results/notes.md). The full list's front is its oldest, the one let
  * go (slab_to_full) without a walk. */
-static void hlist_push(mtpi_node_t **head, mtpi_page_t *s, uint8_t list) {
+static void hlist_push(mtpi_node_t **head, mtpi_desc_t *s, uint8_t list) {
   s->list = list;
   mtp__queue_push_back(head, &s->link);
 }
-static void hlist_remove(mtpi_node_t **head, mtpi_page_t *s) {
+static void hlist_remove(mtpi_node_t **head, mtpi_desc_t *s) {
   mtp__queue_remove(head, &s->link);
   s->list = MTP_LIST_NONE;
 }
-static void partial_push(mtpi_heap_t *h, mtpi_page_t *s) {
+static void partial_push(mtpi_heap_t *h, mtpi_desc_t *s) {
   hlist_push(&h->partial[s->cls], s, MTP_LIST_HEAP_PARTIAL);
 }
-static void partial_remove(mtpi_heap_t *h, mtpi_page_t *s) { hlist_remove(&h->partial[s->cls], s); }
+static void partial_remove(mtpi_heap_t *h, mtpi_desc_t *s) { hlist_remove(&h->partial[s->cls], s); }
 
 #define FULL_UNBOUNDED UINT8_MAX /* full_limit: every exhausted slab kept, none counted */
 
-static void full_remove(mtpi_heap_t *h, mtpi_page_t *s) {
+static void full_remove(mtpi_heap_t *h, mtpi_desc_t *s) {
   hlist_remove(&h->full[s->cls], s);
   if (h->full_limit[s->cls] != FULL_UNBOUNDED) h->full_count[s->cls]--;
   mtp__store_relaxed(&s->owner, token(h)); /* relaxed: a hint to other threads (types.h) */
@@ -136,7 +136,7 @@ static void full_remove(mtpi_heap_t *h, mtpi_page_t *s) {
 
 /* s, the current slab, leaves the slot exhausted: its owner word tells frees to take the slow
  * path (free_into_full). The caller puts it on the full list. */
-static void mark_full(mtpi_heap_t *h, mtpi_page_t *s) {
+static void mark_full(mtpi_heap_t *h, mtpi_desc_t *s) {
   s->used &= ~MTP_USED_CURRENT;
   mtp__store_relaxed(&s->owner, token(h) | MTP_OWNER_FULL); /* relaxed: a hint (types.h) */
 }
@@ -144,7 +144,7 @@ static void mark_full(mtpi_heap_t *h, mtpi_page_t *s) {
 /* The current slab is exhausted: keep it on the full list, where a free from this thread finds it
  * again cheaply; past MTP_FULL_PER_CLASS, let the oldest go (detach it), so other threads' frees
  * can return it to the pool once it is empty even if this thread never comes back. */
-static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
+static void slab_to_full(mtpi_heap_t *h, mtpi_desc_t *s) {
   unsigned cls = s->cls;
   mark_full(h, s);
   hlist_push(&h->full[cls], s, MTP_LIST_HEAP_FULL);
@@ -161,7 +161,7 @@ static void slab_to_full(mtpi_heap_t *h, mtpi_page_t *s) {
     return_listed(h, hot_take(h, cls), false);
     if (h->full_count[cls] <= keep) return; /* listed blocks gave exhausted slabs room */
   }
-  mtpi_page_t *old = page_of(h->full[cls]); /* the front: the oldest */
+  mtpi_desc_t *old = page_of(h->full[cls]); /* the front: the oldest */
   full_remove(h, old);
   uint32_t n;
   if (!mtp__slab_detach(old, token(h), &n)) { /* remote frees arrived: it has room again */
@@ -237,7 +237,7 @@ static void stand_drop(mtpi_heap_t *h) {
 }
 
 static void stand_push(mtpi_heap_t *h, mtpi_block_t *b) {
-  mtpi_page_t *si = &h->stand_in;
+  mtpi_desc_t *si = &h->stand_in;
   mtp__block_set_next(b, si->free);
   mtp__track_free(b, si->block_size);
   si->free = b;
@@ -264,7 +264,7 @@ static mtpi_block_t *stand_take_all(mtpi_heap_t *h) {
 
 /* b, taken off h's list, onto its slab s's free list (h's: see above); whether s is empty now.
  * The tools saw b freed when it was listed: no second track_free. */
-static bool unlist(mtpi_heap_t *h, mtpi_page_t *s, mtpi_block_t *b) {
+static bool unlist(mtpi_heap_t *h, mtpi_desc_t *s, mtpi_block_t *b) {
   MTP_ASSERT(mtp__slab_heap(s) == h && (mtp__load_relaxed(&s->owner) & ~MTP_OWNER_FULL) == token(h));
   mtp__block_set_next(b, s->free);
   s->free = b;
@@ -279,7 +279,7 @@ static bool unlist(mtpi_heap_t *h, mtpi_page_t *s, mtpi_block_t *b) {
 static void return_listed(mtpi_heap_t *h, mtpi_block_t *b, bool retire) {
   while (b != NULL) {
     mtpi_block_t *next = mtp__block_next(b);
-    mtpi_page_t *s = mtp__slab_of((uintptr_t)b);
+    mtpi_desc_t *s = mtp__run_of((uintptr_t)b);
     if (s->list == MTP_LIST_HEAP_FULL) { /* it has room again */
       full_remove(h, s);
       partial_push(h, s);
@@ -295,7 +295,7 @@ static void return_listed(mtpi_heap_t *h, mtpi_block_t *b, bool retire) {
 static void unlist_all_locked(mtpi_heap_t *h, mtpi_block_t *b) {
   for (mtpi_block_t *next; b != NULL; b = next) {
     next = mtp__block_next(b);
-    (void)unlist(h, mtp__slab_of((uintptr_t)b), b);
+    (void)unlist(h, mtp__run_of((uintptr_t)b), b);
   }
 }
 
@@ -304,11 +304,11 @@ static void stand_give_back_locked(mtpi_heap_t *h) {
 }
 
 /* The gate passed: the stand-in serves cls from now, in place of cur (exhausted), and lists b. */
-static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_block_t *b) {
+static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_desc_t *cur, unsigned cls, mtpi_block_t *b) {
   /* it served another class: its blocks go back once the heap is consistent again */
   mtpi_block_t *old = h->stand_cls != MTP_NUM_CLASSES ? stand_take_all(h) : NULL;
   slab_to_full(h, cur);
-  mtpi_page_t *si = &h->stand_in;
+  mtpi_desc_t *si = &h->stand_in;
   si->cls = (uint8_t)cls;
   si->block_size = mtp__class_size[cls];
   h->stand_cls = (uint8_t)cls;
@@ -321,7 +321,7 @@ static MTP_NOINLINE void stand_begin(mtpi_heap_t *h, mtpi_page_t *cur, unsigned 
 /* A free into one of h's exhausted slabs of class cls while cur, the current slab, is exhausted
  * too: counted, and once STAND_GATE came in a row for cls, b is the stand-in's first block.
  * Returns whether b was listed. */
-static bool stand_gate(mtpi_heap_t *h, mtpi_page_t *cur, unsigned cls, mtpi_block_t *b) {
+static bool stand_gate(mtpi_heap_t *h, mtpi_desc_t *cur, unsigned cls, mtpi_block_t *b) {
   if (h->tight_cls != cls) {
     h->tight_cls = (uint8_t)cls;
     h->tight_run = 0;
@@ -393,7 +393,7 @@ static MTP_NOINLINE void hot_trim(mtpi_heap_t *h, unsigned cls) {
   return_listed(h, old, true);
 }
 
-MTP_NOINLINE void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b) {
+MTP_NOINLINE void mtp__heap_free_hot(mtpi_desc_t *s, mtpi_block_t *b) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   MTP_ASSERT(s->cls >= MTP_HOT_FIRST && s->cls < MTP_NUM_CLASSES);
   hot_trim(h, s->cls);
@@ -424,7 +424,7 @@ static void hot_give_back_locked(mtpi_heap_t *h) {
 }
 
 /* A tagged block freed into one of h's slabs s: whether it is listed (a double free). */
-static bool listed(const mtpi_heap_t *h, const mtpi_page_t *s, const mtpi_block_t *b) {
+static bool listed(const mtpi_heap_t *h, const mtpi_desc_t *s, const mtpi_block_t *b) {
   return stand_holds(h, b) || hot_holds(h, s->cls, b);
 }
 
@@ -437,8 +437,8 @@ static bool listed(const mtpi_heap_t *h, const mtpi_page_t *s, const mtpi_block_
  * slow path to take it (gp_bench cache --sizes 1000:1000, 20,000 live blocks: 0.107 -> 0.095 s,
  * 2000:2000 0.119 -> 0.099; bench/results/notes.md). Preferring the slab with the least room
  * also leaves the roomier ones on the partial list to gather frees towards empty. */
-static void room_again(mtpi_heap_t *h, mtpi_page_t *s) {
-  mtpi_page_t *cur = h->current[s->cls];
+static void room_again(mtpi_heap_t *h, mtpi_desc_t *s) {
+  mtpi_desc_t *cur = h->current[s->cls];
   if (cur == &h->stand_in) { /* listed blocks first; else it is dry and gives way */
     if (cur->free != NULL) {
       partial_push(h, s);
@@ -467,16 +467,16 @@ static void room_again(mtpi_heap_t *h, mtpi_page_t *s) {
  * threads wrote last. An exhausted slab has handed out every block (16 at least, the smallest
  * capacity), so the bar is never 0: a slab judged worth it yields blocks, and the slow path's
  * loop always moves on. */
-static bool worth_collecting(mtpi_page_t *s) {
+static bool worth_collecting(mtpi_desc_t *s) {
   /* relaxed: a heuristic; the exchange in collect reads the list with acquire */
   return MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) >= MTP_USED(s) / 2;
 }
 
 /* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages.
  * *wake: the caller wakes the purger once its heap is consistent (mtp__pool_slab_get). */
-static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
+static mtpi_desc_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
   bool formatted;
-  mtpi_page_t *s = mtp__cache_take(&h->m, cls, &formatted);
+  mtpi_desc_t *s = mtp__cache_take(&h->m, cls, &formatted);
   if (s != NULL) {
     /* relaxed: a block pushed by another thread onto an empty slab was a double free; format
      * drops it (as it did before the cache kept formats) */
@@ -498,7 +498,7 @@ static mtpi_page_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls
  * caller wakes the purger once the heap is consistent (slab_acquire). */
 static mtpi_block_t *heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *wake) {
   MTP_VALIDATE(mtp__heap_validate_class(h, cls)); /* the lists this slow path walks */
-  mtpi_page_t *s;
+  mtpi_desc_t *s;
   for (;;) {
     s = h->current[cls];
     if (s == &h->stand_in) { /* dry: the slabs again */
@@ -624,31 +624,31 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   return b;
 }
 
-/* ---- medium blocks: the thread's own spans first (pool/span.c) ---- */
+/* ---- medium blocks: the thread's own spans first (pool/medium.c) ---- */
 
-void *mtp__heap_span_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
+void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   mtpi_heap_t *h = MTP_UNLIKELY(tl_exited) ? NULL : heap_get(pool);
-  return mtp__span_alloc(pool, h ? &h->m : NULL, size, zero);
+  return mtp__medium_alloc(pool, h ? &h->m : NULL, size, zero);
 }
 
-void mtp__heap_span_free(mtpi_page_t *s, void *p, size_t size, bool sized) {
+void mtp__heap_medium_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   /* only a thread that allocates from the pool keeps spans: no heap is made for a free */
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
   bool mine = h != NULL && mtp__member_pool(&h->m) == pool && !tl_exited;
-  mtp__span_free(mine ? &h->m : NULL, p, size, sized);
+  mtp__medium_free(mine ? &h->m : NULL, p, size, sized);
 }
 
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
-    return size <= MTP_SPAN_MAX ? mtp__heap_span_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
+    return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
   return mtp__heap_alloc_class(pool, mtp__class_of(size));
 }
 
 /* ---- free ---- */
 
-MTP_NOINLINE void mtp__heap_retire_local(mtpi_page_t *s) {
+MTP_NOINLINE void mtp__heap_retire_local(mtpi_desc_t *s) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   if (h->current[s->cls] == s) return;
   if (s->list == MTP_LIST_HEAP_PARTIAL) partial_remove(h, s);
@@ -666,7 +666,7 @@ static void report_listed(mtpi_block_t *b) {
 
 /* Free b into s when this thread owns it (the slow paths' push). A tagged block may be listed by
  * the stand-in or a hot list rather than on s's lists: looked for there too. */
-static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
+static void free_local(mtpi_desc_t *s, mtpi_block_t *b) {
   if (MTP_UNLIKELY(mtp__block_tagged(b)) && listed(mtp__slab_heap(s), s, b)) {
     report_listed(b);
     return;
@@ -674,7 +674,7 @@ static void free_local(mtpi_page_t *s, mtpi_block_t *b) {
   if (mtp__slab_push_local(s, b)) mtp__heap_retire_local(s);
 }
 
-MTP_NOINLINE void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b) { free_local(s, b); }
+MTP_NOINLINE void mtp__heap_free_tagged(mtpi_desc_t *s, mtpi_block_t *b) { free_local(s, b); }
 
 /* Free b into s, one of this thread's exhausted slabs (owner marked FULL): off the full list.
  * When the class's current slab is exhausted too (room_again's case, and a thread that replaces
@@ -684,10 +684,10 @@ MTP_NOINLINE void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b) { free_
  * --sizes 2048:2048: 162 instructions in the allocator per replacement, 137 with the trade). The
  * full list keeps its age order but for these trades, which give the exhausted current slab the
  * age of s; heap_take's scan for remote frees is a heuristic either way. */
-static void free_into_full(mtpi_page_t *s, mtpi_block_t *b) {
+static void free_into_full(mtpi_desc_t *s, mtpi_block_t *b) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   unsigned cls = s->cls;
-  mtpi_page_t *cur = h->current[cls];
+  mtpi_desc_t *cur = h->current[cls];
   /* A tagged block (a possible double free) is never listed; checked before the lists change: a
    * listed block's slab must not look as if it had room. */
   bool tagged = mtp__block_tagged(b);
@@ -727,7 +727,7 @@ static void free_into_full(mtpi_page_t *s, mtpi_block_t *b) {
  * block in the slab's first page, its offset in its page). A stale owner read is harmless, as on
  * the owner's fast path: the slab cannot be released while b is in use, and the push below works
  * whether the slab is still owned or was detached meanwhile (the CAS tells). */
-MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b, uint32_t off) {
+MTP_INLINE bool remote_fast(mtpi_desc_t *d, mtpi_block_t *b, uint32_t off) {
   uintptr_t owner = mtp__load_relaxed(&d->owner); /* relaxed: a hint (types.h) */
   if (MTP_UNLIKELY(owner == 0 || (owner & (MTP_OWNER_CACHED | MTP_OWNER_FULL)) != 0 ||
                    owner == (uintptr_t)mtp__tl_thread))
@@ -745,11 +745,11 @@ MTP_INLINE bool remote_fast(mtpi_page_t *d, mtpi_block_t *b, uint32_t off) {
   return true;
 }
 
-MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
+MTP_NOINLINE void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b) {
   /* The fast path tried the owner's push on s, the head of b's page d (d itself, or for a block
    * in a later page of a multi-page slab its slab's first descriptor; head is constant while b
    * is in use). What is left: the remote push, one of our exhausted slabs, the slow path. */
-  mtpi_page_t *s = mtp__page_head(d);
+  mtpi_desc_t *s = mtp__run_head(d);
   uint32_t off = (uint32_t)((char *)b - mtp__page_start(s));
   if (MTP_LIKELY(remote_fast(s, b, off))) return;
   /* One of our exhausted slabs has room again (churn makes this common): only an owned slab's
@@ -763,12 +763,12 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b) {
   mtp__heap_free_slow(s, b);
 }
 
-static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
-  mtpi_page_t *s = mtp__page_head(d);
-  /* A medium block (pool/span.c): its owner word is 0, so every free of one comes here, from
+static void free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
+  mtpi_desc_t *s = mtp__run_head(d);
+  /* A medium block (pool/medium.c): its owner word is 0, so every free of one comes here, from
    * any thread. */
-  if (s->kind == MTP_PAGE_SPAN) {
-    mtp__heap_span_free(s, b, 0, false);
+  if (s->kind == MTP_PAGE_MEDIUM) {
+    mtp__heap_medium_free(s, b, 0, false);
     return;
   }
   if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {
@@ -837,7 +837,7 @@ static void free_slow(mtpi_page_t *d, mtpi_block_t *b) {
   if (mtp__slab_free_remote(s, b, &seen) == MTP_REMOTE_NEWS) mtp__pool_detached_news(&seen, s);
 }
 
-MTP_NOINLINE void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b) {
+MTP_NOINLINE void mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
   int e = errno; /* frees leave errno alone (mtpool.h): releases, purges and reports may set it */
   free_slow(d, b);
   errno = e;
@@ -852,7 +852,7 @@ MTP_NO_TSAN static size_t listed_copy(mtpi_rset_t *rs, unsigned c, mtpi_block_t 
   for (; b != NULL && k < n && k < max; k++) {
     uintptr_t u = (uintptr_t)b;
     if (!mtp__is_region_ptr(u) || !mtp__region_listed(rs, b)) break;
-    mtpi_page_t *s = mtp__slab_of(u);
+    mtpi_desc_t *s = mtp__run_of(u);
     char *start = mtp__page_start(s);
     if (s->kind != MTP_PAGE_SLAB || s->cls != c || (char *)b < start || (char *)b >= s->end ||
         (size_t)((char *)b - start) % s->block_size != 0)
@@ -904,7 +904,7 @@ MTP_NO_TSAN size_t mtp__heap_listed(mtpi_member_t *m, mtpi_rset_t *rs, size_t *p
 
 /* Pool lock held. Give one owned slab back: release it if empty (the pool keeps it for the next
  * thread's slab of its class), else detach it for adoption. */
-static void abandon_slab(mtpi_pool_t *pool, mtpi_heap_t *h, mtpi_page_t *s, uint64_t now) {
+static void abandon_slab(mtpi_pool_t *pool, mtpi_heap_t *h, mtpi_desc_t *s, uint64_t now) {
   for (;;) {
     h->m.remote_collected += mtp__slab_collect(s);
     if (s->used == 0) {
@@ -927,7 +927,7 @@ static void heap_give_back_locked(mtpi_pool_t *pool, mtpi_heap_t *h) {
   hot_give_back_locked(h);
   uint64_t now = mtp__os_now_ms();
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
-    mtpi_page_t *s = h->current[c];
+    mtpi_desc_t *s = h->current[c];
     h->current[c] = &mtp__slab_empty;
     if (s != &mtp__slab_empty) {
       s->used &= ~MTP_USED_CURRENT;
@@ -1044,12 +1044,12 @@ static void thread_exit(void *arg) {
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
   uintptr_t me = token(h);
   {
-    mtpi_page_t *s = h->current[c];
+    mtpi_desc_t *s = h->current[c];
     MTP_ASSERT((s == &h->stand_in) == (h->stand_cls == c));
     if (s == &h->stand_in) { /* every listed block: a handed-out block of one of our slabs of c */
       uint32_t n = 0;
       for (mtpi_block_t *b = s->free; b != NULL; b = mtp__block_next(b), n++) {
-        mtpi_page_t *bs = mtp__slab_of((uintptr_t)b);
+        mtpi_desc_t *bs = mtp__run_of((uintptr_t)b);
         MTP_ASSERT(bs->kind == MTP_PAGE_SLAB && bs->cls == c && mtp__slab_heap(bs) == h);
         MTP_ASSERT((mtp__load_relaxed(&bs->owner) & ~MTP_OWNER_FULL) == me);
         MTP_ASSERT((char *)b < mtp__slab_bump_owner(bs) && MTP_USED(bs) > 0);
@@ -1091,7 +1091,7 @@ void mtp__heap_validate_class(mtpi_heap_t *h, unsigned c) {
   if (c >= MTP_HOT_FIRST) { /* every listed block: a handed-out block of one of our slabs of c */
     unsigned i = c - MTP_HOT_FIRST, n = 0;
     for (mtpi_block_t *b = h->hot[i]; b != NULL; b = mtp__block_next(b), n++) {
-      mtpi_page_t *bs = mtp__slab_of((uintptr_t)b);
+      mtpi_desc_t *bs = mtp__run_of((uintptr_t)b);
       MTP_ASSERT(bs->kind == MTP_PAGE_SLAB && bs->cls == c && mtp__slab_heap(bs) == h);
       MTP_ASSERT((mtp__load_relaxed(&bs->owner) & ~MTP_OWNER_FULL) == me);
       MTP_ASSERT((char *)b < mtp__slab_bump_owner(bs) && MTP_USED(bs) > 0);

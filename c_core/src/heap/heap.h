@@ -11,7 +11,7 @@
 /* The thread that has not allocated yet sees these: every current slab has an empty free list, so
  * the first allocation falls into the slow path with no extra test on the fast path. */
 extern mtpi_heap_t mtp__heap_empty;
-extern mtpi_page_t mtp__slab_empty;
+extern mtpi_desc_t mtp__slab_empty;
 extern mtpi_thread_t mtp__thread_empty;
 extern MTP_TLS mtpi_heap_t *mtp__tl_default_heap;
 extern MTP_TLS mtpi_thread_t *mtp__tl_thread;
@@ -25,11 +25,11 @@ static inline mtpi_heap_t *mtp__thread_heap(const mtpi_thread_t *t, uint32_t id)
 /* ---- heap.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
-/* A medium block (mtp__span_alloc) with the calling thread's cache of the pool's spans. */
-void *mtp__heap_span_alloc(mtpi_pool_t *pool, size_t size, bool zero);
-/* Free the medium block p (s: its head descriptor, seen as SPAN) into the calling thread's cache
- * of its pool's spans if the thread has a heap in that pool (mtp__span_free). */
-void mtp__heap_span_free(mtpi_page_t *s, void *p, size_t size, bool sized);
+/* A medium block (mtp__medium_alloc) with the calling thread's cache of the pool's runs. */
+void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero);
+/* Free the medium block p (s: its head descriptor, seen as MEDIUM) into the calling thread's cache
+ * of its pool's runs if the thread has a heap in that pool (mtp__medium_free). */
+void mtp__heap_medium_free(mtpi_desc_t *s, void *p, size_t size, bool sized);
 /* Trim: the pool's shared heap (heap.c: cold classes) gives its slabs back to the pool; the
  * second, every pool's. Then mtp__pool_trim and mtp__pool_trim_all purge them. */
 void mtp__heap_shared_trim(mtpi_pool_t *pool);
@@ -39,18 +39,18 @@ void mtp__heap_shared_trim_all(void);
 void mtp__heap_unlist(mtpi_pool_t *pool);
 /* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
  * are not owned, misuse. */
-void mtp__heap_free_slow(mtpi_page_t *d, mtpi_block_t *b);
+void mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b);
 /* The free fast path's miss: a remote free into a slab another thread owns is pushed here at
  * once (one CAS, no frame); anything else goes on to mtp__heap_free_slow. */
-void mtp__heap_free_other(mtpi_page_t *d, mtpi_block_t *b);
+void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b);
 /* The owner freed the last block of s (mtp__slab_push_local returned true). */
-void mtp__heap_retire_local(mtpi_page_t *s);
+void mtp__heap_retire_local(mtpi_desc_t *s);
 /* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
  * against the slab's lists (a double free is reported), else pushed. */
-void mtp__heap_free_tagged(mtpi_page_t *s, mtpi_block_t *b);
+void mtp__heap_free_tagged(mtpi_desc_t *s, mtpi_block_t *b);
 /* The owner's free of untagged b into s, a slab of a class above MTP_DIRECT_MAX, when its heap's
  * hot list of the class is full: the list's older half goes back to its slabs, then b is listed. */
-void mtp__heap_free_hot(mtpi_page_t *s, mtpi_block_t *b);
+void mtp__heap_free_hot(mtpi_desc_t *s, mtpi_block_t *b);
 
 /* b, freed by the owner of its slab of class cls (above MTP_DIRECT_MAX), onto h's hot list of the
  * class (heap.c: the hot lists), which has room. */
@@ -74,12 +74,12 @@ void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's list
 
 /* ---- checked.c ---- */
 void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
-void mtp__checked_free(mtpi_page_t *s, void *p, size_t size, bool sized);
+void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized);
 /* Whether p is the user's address of a live block of checked slab s; *usable: its requested
  * size. Takes the pool lock. */
-bool mtp__checked_lookup(mtpi_page_t *s, const void *p, size_t *usable);
+bool mtp__checked_lookup(mtpi_desc_t *s, const void *p, size_t *usable);
 /* Pool lock held, b the start of a live block of checked slab s: the user's address and size. */
-void *mtp__checked_user(mtpi_page_t *s, void *b, size_t *usable);
+void *mtp__checked_user(mtpi_desc_t *s, void *b, size_t *usable);
 /* Pool destroy: drop the quarantine's record (its blocks go with the pool). */
 void mtp__checked_forget(mtpi_pool_t *pool);
 /* Report the first freed block of a checked pool that was written to (trim, destroy). */

@@ -34,7 +34,7 @@ void mtp__pool_unlock(mtpi_pool_t *p) {
 
 mtpi_pool_t *mtp__pool_by_id(uint32_t id) { return id < MTP_MAX_POOLS ? pool_ids[id] : NULL; }
 
-static mtpi_page_t *page_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_page_t, link); }
+static mtpi_desc_t *page_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_desc_t, link); }
 static mtpi_member_t *member_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_member_t, link); }
 
 /* Pool lock held: pages were freed; have them purged in time (the unlock wakes the purger). */
@@ -75,7 +75,7 @@ static void cache_lock(mtpi_member_t *m) {
 }
 static void cache_unlock(mtpi_member_t *m) { mtp__int_store_release(&m->cache_lock, 0); }
 
-mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted) {
+mtpi_desc_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted) {
   unsigned pages = mtp__class_pages[cls];
   cache_lock(m);
   mtpi_node_t *n = m->cache, *other = NULL;
@@ -91,12 +91,12 @@ mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted) {
   return n ? page_of(n) : NULL;
 }
 
-mtpi_page_t *mtp__cache_take_span(mtpi_member_t *m, unsigned pages, unsigned most) {
+mtpi_desc_t *mtp__cache_take_medium(mtpi_member_t *m, unsigned pages, unsigned most) {
   cache_lock(m);
   mtpi_node_t *best = NULL;
   for (mtpi_node_t *n = m->cache; n != NULL; n = n->next) {
-    mtpi_page_t *s = page_of(n);
-    if (s->kind != MTP_PAGE_SPAN || s->pages < pages || s->pages > most) continue;
+    mtpi_desc_t *s = page_of(n);
+    if (s->kind != MTP_PAGE_MEDIUM || s->pages < pages || s->pages > most) continue;
     if (best == NULL || s->pages < page_of(best)->pages) best = n;
     if (s->pages == pages) break; /* the newest that fits exactly */
   }
@@ -109,11 +109,11 @@ mtpi_page_t *mtp__cache_take_span(mtpi_member_t *m, unsigned pages, unsigned mos
   return best ? page_of(best) : NULL;
 }
 
-void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s) {
+void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_desc_t *s) {
   size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
   s->list = MTP_LIST_HEAP_CACHE;
-  s->free_time_ms = s->kind == MTP_PAGE_SPAN ? mtp__run_freed_at(p->purge_delay_ms, now) : now;
+  s->free_time_ms = s->kind == MTP_PAGE_MEDIUM ? mtp__run_freed_at(p->purge_delay_ms, now) : now;
   /* Newest first; past the bound the oldest go: the newest was touched last, and its class
    * is the one being churned (a slab kept formatted is reused without carving). */
   mtpi_node_t *evicted = NULL;
@@ -137,7 +137,7 @@ void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s)
   if (!cached) mtp__list_push(&evicted, &s->link);
   mtp__pool_lock(p);
   for (mtpi_node_t *n; (n = mtp__list_pop(&evicted)) != NULL;) {
-    mtpi_page_t *e = page_of(n);
+    mtpi_desc_t *e = page_of(n);
     e->list = MTP_LIST_NONE;
     mtp__pool_release_locked(p, e, e->free_time_ms);
   }
@@ -151,7 +151,7 @@ size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_
   mtpi_node_t *next;
   for (mtpi_node_t *it = m->cache; it != NULL; it = next) {
     next = it->next;
-    mtpi_page_t *s = page_of(it);
+    mtpi_desc_t *s = page_of(it);
     if (s->free_time_ms > older_than_ms) continue;
     mtp__list_remove(&m->cache, it);
     size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
@@ -160,7 +160,7 @@ size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_
     s->list = MTP_LIST_NONE;
     /* Empty since it was cached: its pages are due one delay after that, not after the drain
      * (which would hold a whole huge range of MTPOOL_HUGEPAGES one more delay). */
-    mtp__region_free_span(&p->rs, s, s->free_time_ms < now_ms ? s->free_time_ms : now_ms);
+    mtp__region_free_run(&p->rs, s, s->free_time_ms < now_ms ? s->free_time_ms : now_ms);
   }
   cache_unlock(m);
   if (n) note_free_pages(p);
@@ -197,7 +197,7 @@ static bool cache_any(mtpi_member_t *m) {
  * formatted again here so that its state is that of a slab no one was ever given: no owner,
  * nothing on either list, its bump pointer at its start, so that any free into it (a double free)
  * fails the bump check and is reported. */
-static void empty_put_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t since_ms) {
+static void empty_put_locked(mtpi_pool_t *p, mtpi_desc_t *s, uint64_t since_ms) {
   MTP_ASSERT(s->kind == MTP_PAGE_SLAB && s->cls < MTP_NUM_CLASSES); /* p->empty's index */
   mtp__slab_format(s, s->cls, false);
   s->list = MTP_LIST_POOL_EMPTY;
@@ -208,7 +208,7 @@ static void empty_put_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t since_ms) 
   note_free_pages(p); /* due to the purge one delay from now */
 }
 
-static void empty_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
+static void empty_remove_locked(mtpi_pool_t *p, mtpi_desc_t *s) {
   if (p->empty_tail[s->cls] == &s->link) p->empty_tail[s->cls] = s->link.prev;
   mtp__list_remove(&p->empty[s->cls], &s->link);
   s->list = MTP_LIST_NONE;
@@ -216,12 +216,12 @@ static void empty_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
 }
 
 /* An empty slab for class cls (formatted for another class when it is not cls's), or NULL. */
-static mtpi_page_t *empty_take_locked(mtpi_pool_t *p, unsigned cls) {
+static mtpi_desc_t *empty_take_locked(mtpi_pool_t *p, unsigned cls) {
   mtpi_node_t *n = p->empty[cls];
   for (unsigned c = 0; n == NULL && c < MTP_NUM_CLASSES; c++)
     if (mtp__class_pages[c] == mtp__class_pages[cls]) n = p->empty[c];
   if (n == NULL) return NULL;
-  mtpi_page_t *s = page_of(n);
+  mtpi_desc_t *s = page_of(n);
   empty_remove_locked(p, s);
   return s;
 }
@@ -237,9 +237,9 @@ static void empty_release_due_locked(mtpi_pool_t *p, uint64_t cutoff) {
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
     mtpi_node_t *it;
     while ((it = p->empty_tail[c]) != NULL && page_of(it)->free_time_ms <= cutoff) {
-      mtpi_page_t *s = page_of(it);
+      mtpi_desc_t *s = page_of(it);
       empty_remove_locked(p, s);
-      mtp__region_free_span(&p->rs, s, s->free_time_ms);
+      mtp__region_free_run(&p->rs, s, s->free_time_ms);
     }
   }
 }
@@ -248,10 +248,10 @@ void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m) {
   cache_lock(m);
   mtpi_node_t *n;
   while ((n = mtp__list_pop(&m->cache)) != NULL) {
-    mtpi_page_t *s = page_of(n);
+    mtpi_desc_t *s = page_of(n);
     m->cache_bytes -= (size_t)s->pages << MTP_PAGE_SHIFT;
     s->list = MTP_LIST_NONE;
-    if (s->kind == MTP_PAGE_SPAN)
+    if (s->kind == MTP_PAGE_MEDIUM)
       mtp__pool_release_locked(p, s, s->free_time_ms); /* to its region */
     else
       empty_put_locked(p, s, s->free_time_ms);
@@ -261,7 +261,7 @@ void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m) {
 
 /* ---- slabs ---- */
 
-void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
+void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_desc_t *s, uint64_t now_ms) {
   /* a slab is kept for its class; a medium block's pages (span.c) go straight back */
   if (s->kind == MTP_PAGE_SLAB && !s->checked && p->purge_delay_ms != 0) {
     empty_put_locked(p, s, now_ms);
@@ -271,15 +271,15 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms) {
     mtp__meta_free(s->check_bits, (s->capacity + 7) / 8);
     s->check_bits = NULL;
   }
-  mtp__region_free_span(&p->rs, s, now_ms);
+  mtp__region_free_run(&p->rs, s, now_ms);
   if (p->purge_delay_ms == 0)
     mtp__u64_add_relaxed(&p->bytes_returned, mtp__region_purge(&p->rs, now_ms, 0, false));
   else
     note_free_pages(p);
 }
 
-mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_page_t *s = mtp__region_alloc_span(&p->rs, pages, NULL, false, false);
+mtpi_desc_t *mtp__pool_run_locked(mtpi_pool_t *p, unsigned pages) {
+  mtpi_desc_t *s = mtp__region_alloc_slab(&p->rs, pages, NULL, false, false);
   void *fault_at;
   size_t fault_len;
   if (mtp__region_take_populate(&p->rs, &fault_at, &fault_len)) note_free_pages(p);
@@ -287,20 +287,20 @@ mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages) {
   return s;
 }
 
-static void partial_remove_locked(mtpi_pool_t *p, mtpi_page_t *s) {
+static void partial_remove_locked(mtpi_pool_t *p, mtpi_desc_t *s) {
   mtp__list_remove(&p->partial[s->cls], &s->link);
   s->list = MTP_LIST_NONE;
 }
 
-void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s) {
+void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_desc_t *s) {
   if (!mtp__slab_mark_listed(s)) return; /* adopted meanwhile, or listed already */
   s->list = MTP_LIST_POOL_PARTIAL;
   mtp__list_push(&p->partial[s->cls], &s->link);
 }
 
-mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
+mtpi_desc_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
                                 uintptr_t owner_token, uint32_t *collected, bool *wake) {
-  mtpi_page_t *s;
+  mtpi_desc_t *s;
   *collected = 0;
   *wake = false;
   mtp__pool_lock(p);
@@ -330,7 +330,7 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
    * blocks written) held 627 MiB and ran 0.49 s when all classes faulted ahead, 160 MiB and
    * 0.37 s since (glibc 80 MiB, 0.25 s; tcmalloc 166 MiB). */
   bool populate = mtp__class_size[cls] <= mtp__os_page_size();
-  s = mtp__region_alloc_span(&p->rs, mtp__class_pages[cls], m->shared ? NULL : &m->region_hint,
+  s = mtp__region_alloc_slab(&p->rs, mtp__class_pages[cls], m->shared ? NULL : &m->region_hint,
                              grow, populate);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
@@ -347,7 +347,7 @@ mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
   return s;
 }
 
-bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
+bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_desc_t *s, void *heap, uintptr_t owner_token,
                      uint32_t *collected) {
   mtp__pool_lock(p);
   /* s->list is read only once the CAS has made s ours: until then another thread may have
@@ -359,7 +359,7 @@ bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner
   return adopted;
 }
 
-void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_page_t *s) {
+void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_desc_t *s) {
   mtpi_pool_t *p = MTP_CONTAINER(seen->set, mtpi_pool_t, rs);
   mtp__pool_lock(p);
   /* Between the push and this lock other frees may have emptied s, and its release and a purge
@@ -704,7 +704,7 @@ void mtp__pool_free(mtpi_pool_t *p) {
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next))
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
-      mtpi_page_t *s = &r->pages[i];
+      mtpi_desc_t *s = &r->pages[i];
       if (s->kind != MTP_PAGE_SLAB) continue;
       mtp__slab_forget_blocks(s);
       if (s->check_bits) mtp__meta_free(s->check_bits, (s->capacity + 7) / 8);

@@ -43,7 +43,7 @@ size_t mtp__pool_trim(mtpi_pool_t *p);
 size_t mtp__pool_trim_all(void);
 
 /* The pool whose region holds page descriptor s. */
-static inline mtpi_pool_t *mtp__pool_of_page(const mtpi_page_t *s) {
+static inline mtpi_pool_t *mtp__pool_of_page(const mtpi_desc_t *s) {
   return MTP_CONTAINER(mtp__page_set(s), mtpi_pool_t, rs);
 }
 
@@ -74,13 +74,13 @@ void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
 /* ---- empty-slab caches (pool.c) ---- */
 /* The owner: an empty slab for class cls from m's cache, or NULL: one last formatted for cls
  * (*formatted: its free list and bump pointer kept), else one of as many pages (to format). */
-mtpi_page_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted);
+mtpi_desc_t *mtp__cache_take(mtpi_member_t *m, unsigned cls, bool *formatted);
 /* The owner: a freed span (span.c) of `pages` to `most` pages from m's cache (the newest of
  * exactly `pages`, else the shortest), out of it, or NULL. */
-mtpi_page_t *mtp__cache_take_span(mtpi_member_t *m, unsigned pages, unsigned most);
+mtpi_desc_t *mtp__cache_take_medium(mtpi_member_t *m, unsigned pages, unsigned most);
 /* The owner: keep the empty slab or freed span s in m's cache if the pool's options allow, else
  * release it to the pool. Takes the locks it needs. */
-void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_page_t *s);
+void mtp__cache_put_or_release(mtpi_pool_t *p, mtpi_member_t *m, mtpi_desc_t *s);
 /* Pool lock held: the heap leaves; every slab in m's cache goes to the pool's empty slabs
  * (pool.c), to be taken by any thread's next slab of its class; every span to its region. */
 void mtp__cache_abandon_locked(mtpi_pool_t *p, mtpi_member_t *m);
@@ -97,44 +97,44 @@ size_t mtp__cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t older_
  * (mtp__purger_wake), once its heap is consistent again. The wake may create the purge thread,
  * and pthread_create allocates, which re-enters mtpool on this thread when mtpool is malloc: a
  * nested allocation in the middle of the caller's slow path would find the slab half installed. */
-mtpi_page_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
+mtpi_desc_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_member_t *m,
                                 uintptr_t owner_token, uint32_t *collected, bool *wake);
 /* Adopt a detached slab that may be on the pool's list (the heap that detached it wants it back
  * on a free). false if another thread owns it now. Takes the pool lock. */
-bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_page_t *s, void *heap, uintptr_t owner_token,
+bool mtp__pool_adopt(mtpi_pool_t *p, mtpi_desc_t *s, void *heap, uintptr_t owner_token,
                      uint32_t *collected);
 /* A remote free returned MTP_REMOTE_NEWS for s (seen: what it read before its push): release s
  * if it is empty, else list it for adoption, unless it was adopted, released or unmapped
  * meanwhile. Takes the lock of seen's pool. */
-void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_page_t *s);
+void mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_desc_t *s);
 /* Pool lock held: a fresh span of `pages` pages (unformatted), or NULL + ENOMEM. Pages it leaves
  * resident ahead are noted for the purge; the fault-in range is dropped (checked mode). */
-mtpi_page_t *mtp__pool_span_locked(mtpi_pool_t *p, unsigned pages);
+mtpi_desc_t *mtp__pool_run_locked(mtpi_pool_t *p, unsigned pages);
 /* Pool lock held: a slab that holds no block goes back to the pool: kept for its class among the
  * pool's empty slabs until the purge delay passes (pool.c), or, with a delay of 0 or in checked
  * mode, to the region layer at once; a freed medium block's span (span.c) always goes at once. */
-void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_page_t *s, uint64_t now_ms);
+void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_desc_t *s, uint64_t now_ms);
 /* Pool lock held: list a detached slab for adoption (if still detached and not listed). */
-void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_page_t *s);
+void mtp__pool_list_detached_locked(mtpi_pool_t *p, mtpi_desc_t *s);
 
 /* ---- medium blocks (span.c: pages of the pool's regions; rules there) ---- */
-/* A medium block of size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX, or smaller for an
+/* A medium block of size bytes (MTP_MAX_SMALL < size <= MTP_MEDIUM_MAX, or smaller for an
  * alignment up to MTP_PAGE_SIZE), for a pool that is not checked; zero: its first size bytes read
  * as zero (calloc). 64 KiB aligned. m: the calling thread's membership of the pool, or NULL: a
  * span of as many pages from its cache first, without a lock. Else takes the pool lock. NULL +
  * ENOMEM. */
-void *mtp__span_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero);
+void *mtp__medium_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero);
 /* Free p, whose page's head descriptor was seen as SPAN (checking size if sized); misuse is
  * reported (double free, interior pointer, wrong size). From any thread. m: the calling thread's
  * membership of p's pool, or NULL: the span goes to m's cache (mtp__cache_put_or_release) when
  * the pool caches, else back to its region under the pool lock. May purge (errno is the caller's
  * to keep). */
-void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized);
-/* Resize the medium block p in place to size bytes (MTP_MAX_SMALL < size <= MTP_SPAN_MAX): false
+void mtp__medium_free(mtpi_member_t *m, void *p, size_t size, bool sized);
+/* Resize the medium block p in place to size bytes (MTP_MAX_SMALL < size <= MTP_MEDIUM_MAX): false
  * if the pages after it are not free (p unchanged). Takes the pool lock. */
-bool mtp__span_resize(void *p, size_t size);
+bool mtp__medium_resize(void *p, size_t size);
 /* The usable size of a medium block (its pages). */
-static inline size_t mtp__span_usable(const mtpi_page_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
+static inline size_t mtp__medium_usable(const mtpi_desc_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
 
 /* ---- large blocks (large.c; a freed block's mapping is cached: see there) ---- */
 /* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held. */

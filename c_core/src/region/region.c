@@ -1,5 +1,5 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
- * the page descriptors sit in the first pages; the rest are handed out as spans of 1..16 pages
+ * the page descriptors sit in the first pages; the rest are handed out as runs of 1..16 pages
  * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are tracked in two bitmaps: free, and free but
  * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
  * are all free and clean is unmapped. The region's first page is a PROT_NONE guard, so that a
@@ -26,7 +26,7 @@ static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->
 static mtpi_region_t *next_of(mtpi_region_t *r) { return mtp__region_from_node(r->h.link.next); }
 
 /* The region list with its tail kept, so that a region that fills up goes to the back in one
- * step (a walk to the end cost 87% of alloc_span's time with thousands of threads' regions). */
+ * step (a walk to the end cost 87% of alloc_slab's time with thousands of threads' regions). */
 static void rlist_remove(mtpi_rset_t *rs, mtpi_region_t *r) {
   if (rs->regions_tail == &r->h.link) rs->regions_tail = r->h.link.prev;
   mtp__list_remove(&rs->regions, &r->h.link);
@@ -195,13 +195,13 @@ static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
 }
 
 /* A heap that keeps taking never-touched pages for classes it has filled before is growing: fault
- * the span, and as the streak lengthens the free clean pages after it, in with one call rather
- * than one fault per 4 KiB. A span for a class's first slab is no such sign (a program touches
+ * the run, and as the streak lengthens the free clean pages after it, in with one call rather
+ * than one fault per 4 KiB. A run for a class's first slab is no such sign (a program touches
  * dozens of classes once as it starts; carving faults in only what it uses): it neither counts
  * nor populates; nor does one whose blocks may leave OS pages untouched (populate false; counted,
- * such spans lengthened the next small class's window: GNU make's peak RSS grew 0.23 MiB). The
- * window grows with the streak, one span more per span taken, up to 256 KiB; pages past the span
- * become free-and-dirty, so the next spans come from them, and the purge returns them after the
+ * such runs lengthened the next small class's window: GNU make's peak RSS grew 0.23 MiB). The
+ * window grows with the streak, one run more per run taken, up to 256 KiB; pages past the run
+ * become free-and-dirty, so the next runs come from them, and the purge returns them after the
  * delay should the growth stop. */
 #define POPULATE_STREAK 4
 #define POPULATE_PAGES (256 * 1024 / MTP_PAGE_SIZE) /* 256 KiB at most */
@@ -250,7 +250,7 @@ void mtp__region_unclaim(mtpi_region_t **hint) {
   *hint = NULL;
 }
 
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
+mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
                                     bool grow, bool populate) {
   MTP_ASSERT(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
@@ -283,7 +283,7 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
   /* Fresh pages: claim the region, if the heap grows or few regions are claimed yet. Past that,
    * a heap's first slab of a class claims nothing: a thread that allocates a little takes its
    * pages beside other such threads' (measured: 3,000 short-lived threads at once held 3,000
-   * regions, and every span walked them all under the pool lock), while a few threads keep a
+   * regions, and every run walked them all under the pool lock), while a few threads keep a
    * region each, first slabs included, as before. */
   if (hint != NULL && (grow || rs->claimed < MTP_REGION_FREE_CLAIMS) && found != mine &&
       found->h.claim == NULL) {
@@ -308,10 +308,10 @@ mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region
     rlist_remove(rs, found);
     rlist_push_back(rs, found);
   }
-  mtpi_page_t *s = &found->pages[at];
+  mtpi_desc_t *s = &found->pages[at];
   s->pages = (uint8_t)pages;
   for (unsigned i = 1; i < pages; i++) {
-    memset(&s[i], 0, sizeof(mtpi_page_t));
+    memset(&s[i], 0, sizeof(mtpi_desc_t));
     s[i].kind = MTP_PAGE_TAIL;
     s[i].head = s;
   }
@@ -323,7 +323,7 @@ static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned
                      uint64_t now_ms) {
   mtp__track_poison((char *)r + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
   for (unsigned i = first; i < first + pages; i++) {
-    mtpi_page_t *d = &r->pages[i];
+    mtpi_desc_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
     d->kind = MTP_PAGE_FREE;
     d->head = d; /* not a TAIL any more: its own head (types.h) */
@@ -343,7 +343,7 @@ static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned
   }
 }
 
-void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
+void mtp__region_free_run(mtpi_rset_t *rs, mtpi_desc_t *s, uint64_t now_ms) {
   mtpi_region_t *r = mtp__region_of((uintptr_t)s);
   MTP_ASSERT(r->h.set == rs && s->kind != MTP_PAGE_FREE && s->kind != MTP_PAGE_TAIL);
   free_run(rs, r, (unsigned)(s - r->pages), s->pages, now_ms);
@@ -353,7 +353,7 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms) {
 
 /* A run lies in one bitmap word: a region's 64 pages are one word. */
 _Static_assert(WORDS == 1, "runs are searched within one bitmap word");
-_Static_assert(MTP_SPAN_MAX <= (size_t)MTP_REGION_USABLE_PAGES << MTP_PAGE_SHIFT,
+_Static_assert(MTP_MEDIUM_MAX <= (size_t)MTP_REGION_USABLE_PAGES << MTP_PAGE_SHIFT,
                "a medium block fits in a region");
 
 /* Positions i where bits i..i+k-1 of w are all set (k >= 1): each step doubles the run length
@@ -390,15 +390,15 @@ static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigne
 }
 
 /* Descriptors head[from .. to - 1] become TAILs of head. */
-static void set_tails(mtpi_page_t *head, unsigned from, unsigned to) {
+static void set_tails(mtpi_desc_t *head, unsigned from, unsigned to) {
   for (unsigned i = from; i < to; i++) {
-    memset(&head[i], 0, sizeof(mtpi_page_t));
+    memset(&head[i], 0, sizeof(mtpi_desc_t));
     head[i].kind = MTP_PAGE_TAIL;
     head[i].head = head;
   }
 }
 
-mtpi_page_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty) {
+mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty) {
   MTP_ASSERT(pages >= 1 && pages <= USABLE_PAGES);
   mtpi_region_t *found = NULL;
   uint64_t runs = 0, mask = 0;
@@ -424,13 +424,13 @@ mtpi_page_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *di
   unsigned at = 63u - (unsigned)__builtin_clzll(runs);
   while (at > 0 && (mask >> (at - 1) & 1)) at--;
   *dirty = take_run(rs, found, at, pages);
-  mtpi_page_t *s = &found->pages[at];
+  mtpi_desc_t *s = &found->pages[at];
   s->pages = (uint8_t)pages;
   set_tails(s, 1, pages);
   return s;
 }
 
-bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages) {
+bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages) {
   mtpi_region_t *r = mtp__region_of((uintptr_t)s);
   unsigned at = (unsigned)(s - r->pages), old = s->pages;
   MTP_ASSERT(r->h.set == rs && pages > old);
@@ -443,7 +443,7 @@ bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages) {
   return true;
 }
 
-void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages, uint64_t now_ms) {
+void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages, uint64_t now_ms) {
   mtpi_region_t *r = mtp__region_of((uintptr_t)s);
   unsigned at = (unsigned)(s - r->pages), old = s->pages;
   MTP_ASSERT(r->h.set == rs && pages >= 1 && pages < old);
@@ -528,7 +528,7 @@ void mtp__region_validate(mtpi_rset_t *rs) {
     MTP_ASSERT(mtp__is_region_ptr((uintptr_t)r));
     unsigned free_pages = 0;
     for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
-      mtpi_page_t *d = &r->pages[i];
+      mtpi_desc_t *d = &r->pages[i];
       bool is_free = r->h.free_mask[i / 64] >> (i % 64) & 1;
       bool dirty = r->h.dirty_mask[i / 64] >> (i % 64) & 1;
       if (i < FIRST_PAGE) {
@@ -539,26 +539,26 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       MTP_ASSERT(!dirty || is_free);
       MTP_ASSERT((d->kind == MTP_PAGE_TAIL) == (d->head != d)); /* the free fast path's head */
       free_pages += is_free;
-      if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_SPAN) {
-        if (d->kind == MTP_PAGE_SLAB) { /* slab spans: 1..16 pages, a power of two, aligned to it */
+      if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_MEDIUM) {
+        if (d->kind == MTP_PAGE_SLAB) { /* slab runs: 1..16 pages, a power of two, aligned to it */
           MTP_ASSERT(d->pages >= 1 && d->pages <= 16 && (d->pages & (d->pages - 1)) == 0);
           MTP_ASSERT(i % d->pages == 0);
         } else { /* a medium block: the pages its size needs (or freed), owned by no thread */
-          /* read once: a thread takes a span from its cache, or frees one into it, without the
+          /* read once: a thread takes a run from its cache, or frees one into it, without the
            * pool lock and changes block_size between two valid values (freed <-> a size); two
            * reads could see one of each and fail the check */
           uint32_t bs = __atomic_load_n(&d->block_size, __ATOMIC_RELAXED);
           MTP_ASSERT(d->pages >= 1 &&
-                     ((size_t)d->pages << MTP_PAGE_SHIFT >= bs || bs == MTP_SPAN_FREED_SIZE));
+                     ((size_t)d->pages << MTP_PAGE_SHIFT >= bs || bs == MTP_MEDIUM_FREED_SIZE));
           MTP_ASSERT(mtp__load_relaxed(&d->owner) == 0 && d->cls == MTP_NUM_CLASSES);
         }
         MTP_ASSERT(i + d->pages <= MTP_PAGES_PER_REGION);
         for (unsigned k = 1; k < d->pages; k++)
           MTP_ASSERT(d[k].kind == MTP_PAGE_TAIL && d[k].head == d);
       } else if (d->kind == MTP_PAGE_TAIL) {
-        mtpi_page_t *h = d->head;
+        mtpi_desc_t *h = d->head;
         MTP_ASSERT(h >= &r->pages[FIRST_PAGE] && h < d);
-        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_SPAN) && d - h < h->pages);
+        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_MEDIUM) && d - h < h->pages);
       }
     }
     MTP_ASSERT(free_pages == r->h.free_pages);

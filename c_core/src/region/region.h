@@ -1,5 +1,5 @@
 /* The region layer: 4 MiB regions of 64 KiB pages, their page descriptors, the chunk map that
- * tells our pointers from others, page spans for slabs, and purging. Everything that changes a
+ * tells our pointers from others, page runs for slabs, and purging. Everything that changes a
  * region runs under the lock of the pool that owns its set (mtpi_rset_t); this layer knows no
  * pool: what it finds out (a purge became due) it returns. Layer: region (above base). */
 #ifndef MTP_REGION_H
@@ -23,23 +23,23 @@ MTP_INLINE mtpi_region_t *mtp__region_of(uintptr_t u) {
   return (mtpi_region_t *)(u & ~(MTP_REGION_SIZE - 1));
 }
 /* The descriptor of u's page: region base + header + page index * 128, in shifts and masks. */
-MTP_INLINE mtpi_page_t *mtp__page_desc(uintptr_t u) {
-  _Static_assert(sizeof(mtpi_page_t) == 128, "descriptor size is a shift");
+MTP_INLINE mtpi_desc_t *mtp__page_desc(uintptr_t u) {
+  _Static_assert(sizeof(mtpi_desc_t) == 128, "descriptor size is a shift");
   uintptr_t page_off = (u >> (MTP_PAGE_SHIFT - 7)) & ((MTP_PAGES_PER_REGION - 1) << 7);
-  return (mtpi_page_t *)((u & ~(MTP_REGION_SIZE - 1)) + offsetof(mtpi_region_t, pages) + page_off);
+  return (mtpi_desc_t *)((u & ~(MTP_REGION_SIZE - 1)) + offsetof(mtpi_region_t, pages) + page_off);
 }
-/* The descriptor that describes d's span: d itself, or for a TAIL page the span's first page
+/* The descriptor that describes d's run: d itself, or for a TAIL page the run's first page
  * (one load, no branch: types.h). */
-MTP_INLINE mtpi_page_t *mtp__page_head(mtpi_page_t *d) { return d->head; }
-/* The descriptor of the slab (or free span) that holds u: the "slab of this pointer" step. */
-MTP_INLINE mtpi_page_t *mtp__slab_of(uintptr_t u) { return mtp__page_head(mtp__page_desc(u)); }
+MTP_INLINE mtpi_desc_t *mtp__run_head(mtpi_desc_t *d) { return d->head; }
+/* The descriptor of the slab (or free run) that holds u: the "slab of this pointer" step. */
+MTP_INLINE mtpi_desc_t *mtp__run_of(uintptr_t u) { return mtp__run_head(mtp__page_desc(u)); }
 /* First byte of the memory d describes. */
-static inline char *mtp__page_start(const mtpi_page_t *d) {
+static inline char *mtp__page_start(const mtpi_desc_t *d) {
   mtpi_region_t *r = mtp__region_of((uintptr_t)d);
   return (char *)r + ((size_t)(d - r->pages) << MTP_PAGE_SHIFT);
 }
 /* The set (and so the pool) that owns d's region. */
-static inline mtpi_rset_t *mtp__page_set(const mtpi_page_t *d) {
+static inline mtpi_rset_t *mtp__page_set(const mtpi_desc_t *d) {
   return mtp__region_of((uintptr_t)d)->h.set;
 }
 static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
@@ -51,27 +51,27 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
 #define MTP_REGION_USABLE_PAGES (MTP_PAGES_PER_REGION - MTP_REGION_HEADER_PAGES)
 
 /* All under the owning pool's lock. */
-/* A span of `pages` pages (1, 2, 4, 8 or 16), aligned to its length: its first descriptor, kind still
+/* A run of `pages` pages (1, 2, 4, 8 or 16), aligned to its length: its first descriptor, kind still
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
  * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed; so threads that
- * grow at once fault pages in different regions. grow: the caller has filled a span of this kind
- * before (a class's second slab or later): only such spans taken from never-touched pages in a
- * row have the span and a window after it faulted in at once (see mtp__region_take_populate),
- * and only if populate: the caller will touch every OS page of such spans (false: blocks larger
+ * grow at once fault pages in different regions. grow: the caller has filled a run of this kind
+ * before (a class's second slab or later): only such runs taken from never-touched pages in a
+ * row have the run and a window after it faulted in at once (see mtp__region_take_populate),
+ * and only if populate: the caller will touch every OS page of such runs (false: blocks larger
  * than an OS page, whose middle pages a program may never touch). */
 #define MTP_REGION_FREE_CLAIMS 16
-mtpi_page_t *mtp__region_alloc_span(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
+mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
                                     bool grow, bool populate);
 /* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
 void mtp__region_unclaim(mtpi_region_t **hint);
-/* Take the range to fault in that the last alloc_span left (NULL, 0 if none); fault it in with
+/* Take the range to fault in that the last alloc_slab left (NULL, 0 if none); fault it in with
  * mtp__os_populate after unlocking. Pages of it may be handed out meanwhile: populating present
  * pages changes nothing. Returns true if it left free pages resident (a purge will be due). */
 bool mtp__region_take_populate(mtpi_rset_t *rs, void **at, size_t *len);
-void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
-/* Runs of any length, for medium blocks (pool/span.c). A run of `pages` contiguous free pages
+void mtp__region_free_run(mtpi_rset_t *rs, mtpi_desc_t *s, uint64_t now_ms);
+/* Runs of any length, for medium blocks (pool/medium.c). A run of `pages` contiguous free pages
  * (1..MTP_REGION_USABLE_PAGES), aligned to one page only: its first descriptor, kind still FREE
  * for the caller to format, `pages` set, TAIL descriptors set. A run of pages that may be
  * resident is taken first (anywhere: no page faults, and freed memory is reused), then any run of
@@ -80,13 +80,13 @@ void mtp__region_free_span(mtpi_rset_t *rs, mtpi_page_t *s, uint64_t now_ms);
  * pages stay free after it for realloc to grow into.
  * *dirty: bit i set if page i of the run may be resident (a clear bit: never touched or purged,
  * so it reads as zero). NULL + ENOMEM. */
-mtpi_page_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty);
-/* Grow the run s (a span's first descriptor) to `pages` pages in place, if the pages after it
+mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty);
+/* Grow the run s (a run's first descriptor) to `pages` pages in place, if the pages after it
  * are free; false leaves it unchanged. The new pages are poisoned for tools (the caller
  * unpoisons what it hands out). */
-bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages);
+bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages);
 /* Shrink the run s to `pages` pages (>= 1): the pages after it become free at now_ms. */
-void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_page_t *s, unsigned pages, uint64_t now_ms);
+void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages, uint64_t now_ms);
 /* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
  * not force); unmap regions left entirely free and clean. In a region advised for huge pages
  * (MTPOOL_HUGEPAGES) a huge range is purged in one step once all its free pages are due: whole

@@ -1,22 +1,22 @@
-/* Slabs: one span of pages holding blocks of one size class. Blocks are carved lazily from a bump
+/* Slabs: one run of pages holding blocks of one size class. Blocks are carved lazily from a bump
  * area, one OS page at a time, so untouched memory is never faulted in. The owner pops and pushes
  * `free` without atomics; other threads push onto `thread_free` with one CAS (see the invariants
- * at mtpi_page_t in base/types.h). Nothing here locks or lists: outcomes are returned (slab.h).
+ * at mtpi_desc_t in base/types.h). Nothing here locks or lists: outcomes are returned (slab.h).
  * Layer: slab. */
 #include "slab.h"
 
 #include "base/os.h"
 
-void mtp__slab_format(mtpi_page_t *s, unsigned cls, bool checked) {
+void mtp__slab_format(mtpi_desc_t *s, unsigned cls, bool checked) {
   MTP_ASSERT(cls < MTP_NUM_CLASSES && s->pages == mtp__class_pages[cls]);
   mtp__link_key_init(); /* before the first link is written (every pool's slabs pass here) */
   uint32_t bs = mtp__class_size[cls];
-  size_t span = (size_t)s->pages << MTP_PAGE_SHIFT;
+  size_t run = (size_t)s->pages << MTP_PAGE_SHIFT;
   char *start = mtp__page_start(s);
   s->free = NULL;
   s->used = 0;
   s->block_size = bs;
-  s->capacity = (uint32_t)(span / bs);
+  s->capacity = (uint32_t)(run / bs);
   mtp__slab_set_bump(s, start);
   s->end = start + (size_t)s->capacity * bs;
   s->size_min = cls == 0 ? 0 : mtp__class_size[cls - 1] + 1;
@@ -35,7 +35,7 @@ void mtp__slab_format(mtpi_page_t *s, unsigned cls, bool checked) {
   mtp__store_relaxed(&s->thread_free, MTP_TF_OWNED);
 }
 
-bool mtp__slab_carve(mtpi_page_t *s, size_t os_page) {
+bool mtp__slab_carve(mtpi_desc_t *s, size_t os_page) {
   char *b = mtp__slab_bump(s);
   if (b >= s->end) return false;
   char *limit = (char *)(((uintptr_t)b + os_page) & ~(uintptr_t)(os_page - 1));
@@ -54,7 +54,7 @@ bool mtp__slab_carve(mtpi_page_t *s, size_t os_page) {
   return true;
 }
 
-static bool list_holds(mtpi_page_t *s, mtpi_block_t *list, mtpi_block_t *b) {
+static bool list_holds(mtpi_desc_t *s, mtpi_block_t *list, mtpi_block_t *b) {
   char *start = mtp__page_start(s), *bump = mtp__slab_bump(s);
   for (uint32_t n = 0; list != NULL && n <= s->capacity; n++) {
     if (list == b) return true;
@@ -65,17 +65,17 @@ static bool list_holds(mtpi_page_t *s, mtpi_block_t *list, mtpi_block_t *b) {
   return false;
 }
 
-MTP_NOINLINE bool mtp__slab_holds_free(mtpi_page_t *s, mtpi_block_t *b) {
+MTP_NOINLINE bool mtp__slab_holds_free(mtpi_desc_t *s, mtpi_block_t *b) {
   if (list_holds(s, s->free, b)) return true;
   /* acquire: the pushers' links (written before their release CAS) are visible; only the owner
    * (the caller) takes blocks off this list, so the blocks walked stay on it meanwhile */
   return list_holds(s, MTP_TF_PTR(mtp__load_acquire(&s->thread_free)), b);
 }
 
-bool mtp__slab_extend(mtpi_page_t *s) { return mtp__slab_carve(s, mtp__os_page_size()); }
+bool mtp__slab_extend(mtpi_desc_t *s) { return mtp__slab_carve(s, mtp__os_page_size()); }
 
 /* Put list (taken from thread_free) in front of s->free. */
-static void splice(mtpi_page_t *s, mtpi_block_t *list) {
+static void splice(mtpi_desc_t *s, mtpi_block_t *list) {
   if (list == NULL) return;
   if (s->free != NULL) { /* rare: append our list behind the remote one */
     mtpi_block_t *t = list;
@@ -85,7 +85,7 @@ static void splice(mtpi_page_t *s, mtpi_block_t *list) {
   s->free = list;
 }
 
-uint32_t mtp__slab_collect(mtpi_page_t *s) {
+uint32_t mtp__slab_collect(mtpi_desc_t *s) {
   /* relaxed peek: an empty list needs no RMW; a stale non-empty read is settled by the exchange */
   uintptr_t w = mtp__load_relaxed(&s->thread_free);
   if (MTP_TF_PTR(w) == NULL) return 0;
@@ -108,7 +108,7 @@ uint32_t mtp__slab_collect(mtpi_page_t *s) {
   return n;
 }
 
-bool mtp__slab_detach(mtpi_page_t *s, uintptr_t owner_token, uint32_t *collected) {
+bool mtp__slab_detach(mtpi_desc_t *s, uintptr_t owner_token, uint32_t *collected) {
   mtp__u32_store_relaxed(&s->detached_used, MTP_USED(s)); /* freers may read it: slab.h */
   /* relaxed: owner is a hint to other threads (types.h); the CAS below decides */
   mtp__store_relaxed(&s->owner, 0);
@@ -123,14 +123,14 @@ bool mtp__slab_detach(mtpi_page_t *s, uintptr_t owner_token, uint32_t *collected
   return false;
 }
 
-bool mtp__slab_mark_listed(mtpi_page_t *s) {
+bool mtp__slab_mark_listed(mtpi_desc_t *s) {
   uintptr_t w = mtp__load_relaxed(&s->thread_free); /* the CAS re-reads with acquire */
   while (!(w & MTP_TF_FLAGS))
     if (mtp__cas_weak_acq_rel(&s->thread_free, &w, w | MTP_TF_LISTED)) return true;
   return false;
 }
 
-bool mtp__slab_adopt(mtpi_page_t *s, void *heap, uintptr_t owner_token, bool listed_ok,
+bool mtp__slab_adopt(mtpi_desc_t *s, void *heap, uintptr_t owner_token, bool listed_ok,
                      uint32_t *collected) {
   uintptr_t w = mtp__load_relaxed(&s->thread_free); /* the CAS re-reads with acquire */
   for (;;) {
@@ -148,7 +148,7 @@ bool mtp__slab_adopt(mtpi_page_t *s, void *heap, uintptr_t owner_token, bool lis
   return true;
 }
 
-void mtp__slab_validate(mtpi_page_t *s) {
+void mtp__slab_validate(mtpi_desc_t *s) {
   MTP_ASSERT(s->kind == MTP_PAGE_SLAB && s->cls < MTP_NUM_CLASSES);
   MTP_ASSERT(s->block_size == mtp__class_size[s->cls]);
   char *start = mtp__page_start(s), *bump = mtp__slab_bump(s);
@@ -170,7 +170,7 @@ void mtp__slab_validate(mtpi_page_t *s) {
 }
 
 #if defined(MTP_TRACK_VALGRIND)
-static void mark(mtpi_page_t *s, uint8_t *seen, mtpi_block_t *list) {
+static void mark(mtpi_desc_t *s, uint8_t *seen, mtpi_block_t *list) {
   char *start = mtp__page_start(s);
   for (uint32_t n = 0; list != NULL && n < s->capacity; n++) {
     size_t i = (size_t)((char *)list - start) / s->block_size;
@@ -179,7 +179,7 @@ static void mark(mtpi_page_t *s, uint8_t *seen, mtpi_block_t *list) {
   }
 }
 
-void mtp__slab_forget_blocks(mtpi_page_t *s) {
+void mtp__slab_forget_blocks(mtpi_desc_t *s) {
   if (s->kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE) return;
   uint8_t seen[4 * MTP_PAGE_SIZE / 8 / 8 + 1] = {0}; /* a bit per block: 8-byte blocks */
   mark(s, seen, s->free);
@@ -191,5 +191,5 @@ void mtp__slab_forget_blocks(mtpi_page_t *s) {
   }
 }
 #else
-void mtp__slab_forget_blocks(mtpi_page_t *s) { (void)s; }
+void mtp__slab_forget_blocks(mtpi_desc_t *s) { (void)s; }
 #endif

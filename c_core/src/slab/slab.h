@@ -1,5 +1,5 @@
 /* The slab layer: one slab of one size class, its state machine (OWNED <-> DETACHED, see
- * mtpi_page_t in base/types.h), lazy carving, the owner's free list and the remote free list.
+ * mtpi_desc_t in base/types.h), lazy carving, the owner's free list and the remote free list.
  * Nothing here locks or lists: each function returns what happened (the slab became empty, a
  * remote free made a detached slab worth listing or empty), and the caller, a heap or the pool,
  * acts on it. Layer: slab (above region). */
@@ -11,17 +11,17 @@
 
 #pragma GCC visibility push(hidden)
 
-/* Format the span s (from mtp__region_alloc_span or a cache) for class cls, owned by no one yet. */
-void mtp__slab_format(mtpi_page_t *s, unsigned cls, bool checked);
+/* Format the run s (from mtp__region_alloc_slab or a cache) for class cls, owned by no one yet. */
+void mtp__slab_format(mtpi_desc_t *s, unsigned cls, bool checked);
 
-/* The heap that owns s or owned it last: opaque to this layer (relaxed: see mtpi_page_t). */
-static inline void *mtp__slab_heap(mtpi_page_t *s) { return (void *)mtp__load_relaxed(&s->heap); }
-static inline void mtp__slab_set_heap(mtpi_page_t *s, void *h) {
+/* The heap that owns s or owned it last: opaque to this layer (relaxed: see mtpi_desc_t). */
+static inline void *mtp__slab_heap(mtpi_desc_t *s) { return (void *)mtp__load_relaxed(&s->heap); }
+static inline void mtp__slab_set_heap(mtpi_desc_t *s, void *h) {
   mtp__store_relaxed(&s->heap, (uintptr_t)h);
 }
-/* The bump pointer: blocks at and above it were never handed out (relaxed: see mtpi_page_t). */
-MTP_INLINE char *mtp__slab_bump(mtpi_page_t *s) { return mtp__cptr_load_relaxed(&s->bump); }
-MTP_INLINE void mtp__slab_set_bump(mtpi_page_t *s, char *b) { mtp__cptr_store_relaxed(&s->bump, b); }
+/* The bump pointer: blocks at and above it were never handed out (relaxed: see mtpi_desc_t). */
+MTP_INLINE char *mtp__slab_bump(mtpi_desc_t *s) { return mtp__cptr_load_relaxed(&s->bump); }
+MTP_INLINE void mtp__slab_set_bump(mtpi_desc_t *s, char *b) { mtp__cptr_store_relaxed(&s->bump, b); }
 /* The owner's read: plain, so that the free fast path compares against memory in one
  * instruction. ThreadSanitizer builds load it atomically, since the compiler may hoist the load
  * above the owner compare (a non-owner's speculative read, whose value is then unused). */
@@ -32,7 +32,7 @@ MTP_INLINE void mtp__slab_set_bump(mtpi_page_t *s, char *b) { mtp__cptr_store_re
 #endif
 
 /* Owner: pop a block from the free list; NULL if the list is empty. The one pop of the core. */
-MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_page_t *s) {
+MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_desc_t *s) {
   mtpi_block_t *b = s->free;
   if (MTP_UNLIKELY(b == NULL)) return NULL;
   mtpi_block_t *n = mtp__block_take(b);
@@ -49,12 +49,12 @@ MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_page_t *s) {
 
 /* Owner: whether b is on s's free list or on its remote list (walks both, bounded by the
  * capacity). The confirmation of a tagged block (see mtpi_block_t): never a false report. */
-MTP_NOINLINE bool mtp__slab_holds_free(mtpi_page_t *s, mtpi_block_t *b);
+MTP_NOINLINE bool mtp__slab_holds_free(mtpi_desc_t *s, mtpi_block_t *b);
 
 /* Owner: the push itself, for a caller that has done the double-free test (the free fast path,
  * which sends a tagged block to a call of its own so that its untagged case stays a leaf). Returns
  * true if s became empty (the caller retires it). */
-MTP_INLINE bool mtp__slab_push_untagged(mtpi_page_t *s, mtpi_block_t *b) {
+MTP_INLINE bool mtp__slab_push_untagged(mtpi_desc_t *s, mtpi_block_t *b) {
   mtp__block_set_next(b, s->free);
   mtp__track_free(b, s->block_size);
   s->free = b;
@@ -65,7 +65,7 @@ MTP_INLINE bool mtp__slab_push_untagged(mtpi_page_t *s, mtpi_block_t *b) {
  * list. Returns true if s became empty (the caller retires it). The one check it affords is a
  * double free, any (not just the block freed last): a free block's link word is tagged (types.h),
  * and a tagged block is looked for on the slab's lists (reported; returns false). */
-MTP_INLINE bool mtp__slab_push_local(mtpi_page_t *s, mtpi_block_t *b) {
+MTP_INLINE bool mtp__slab_push_local(mtpi_desc_t *s, mtpi_block_t *b) {
   if (MTP_UNLIKELY(mtp__block_tagged(b)) && mtp__slab_holds_free(s, b)) {
     mtp__error(MTP_ERR_DOUBLE_FREE, "double free", b);
     return false;
@@ -75,21 +75,21 @@ MTP_INLINE bool mtp__slab_push_local(mtpi_page_t *s, mtpi_block_t *b) {
 
 /* Owner: carve fresh blocks from the bump area into s->free, up to the end of the OS page
  * (os_page bytes) that holds the bump pointer, at least one block; false if none are left. */
-bool mtp__slab_carve(mtpi_page_t *s, size_t os_page);
-bool mtp__slab_extend(mtpi_page_t *s); /* carve with the OS's page size */
+bool mtp__slab_carve(mtpi_desc_t *s, size_t os_page);
+bool mtp__slab_extend(mtpi_desc_t *s); /* carve with the OS's page size */
 /* Owner: take the remote list into s->free; returns the number of blocks taken. */
-uint32_t mtp__slab_collect(mtpi_page_t *s);
+uint32_t mtp__slab_collect(mtpi_desc_t *s);
 /* Owner: give up an exhausted slab (free list and bump area empty). false: remote frees arrived;
  * they are collected into s->free (*collected blocks) and the slab stays owned by owner_token. */
-bool mtp__slab_detach(mtpi_page_t *s, uintptr_t owner_token, uint32_t *collected);
+bool mtp__slab_detach(mtpi_desc_t *s, uintptr_t owner_token, uint32_t *collected);
 /* Make a detached slab owned by (heap, owner_token); *collected gets the blocks freed since the
  * detach. false if it was adopted already, or if it is LISTED and `listed_ok` is false (only a
  * holder of the pool lock may adopt a listed slab). */
-bool mtp__slab_adopt(mtpi_page_t *s, void *heap, uintptr_t owner_token, bool listed_ok,
+bool mtp__slab_adopt(mtpi_desc_t *s, void *heap, uintptr_t owner_token, bool listed_ok,
                      uint32_t *collected);
 /* Pool lock held: mark a detached slab LISTED before putting it on the pool's partial list.
  * false if it was adopted meanwhile or is listed already (then it must not be listed again). */
-bool mtp__slab_mark_listed(mtpi_page_t *s);
+bool mtp__slab_mark_listed(mtpi_desc_t *s);
 
 typedef enum {
   MTP_REMOTE_OWNED,    /* pushed; the owner collects it */
@@ -107,7 +107,7 @@ typedef struct {
 } mtpi_remote_seen_t;
 /* Any thread: push b onto a slab that the caller does not own; *seen is filled when the result
  * is MTP_REMOTE_NEWS. Inline: it is the whole of the remote free's fast case (heap.c). */
-MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b,
+MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_desc_t *s, mtpi_block_t *b,
                                                mtpi_remote_seen_t *seen) {
   /* acquire (and the failed CAS's acquire): a word seen without OWNED makes the detaching
    * thread's write of detached_used visible (its CAS, release, heads the release sequence) */
@@ -148,9 +148,9 @@ MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_page_t *s, mtpi_block_t *b,
 
 /* MTP_DEBUG 2, owner (or lock holder of a detached slab): the free list and counts of s against
  * its capacity and bump area. */
-void mtp__slab_validate(mtpi_page_t *s);
+void mtp__slab_validate(mtpi_desc_t *s);
 /* Valgrind builds: tell memcheck that every block still in use in s is freed (pool destroy). */
-void mtp__slab_forget_blocks(mtpi_page_t *s);
+void mtp__slab_forget_blocks(mtpi_desc_t *s);
 
 #pragma GCC visibility pop
 

@@ -1,6 +1,6 @@
-/* Medium blocks: a request in (MTP_MAX_SMALL, MTP_SPAN_MAX] of a pool that is not checked gets a
+/* Medium blocks: a request in (MTP_MAX_SMALL, MTP_MEDIUM_MAX] of a pool that is not checked gets a
  * span: ceil(size / 64 KiB) contiguous pages of the pool's regions (mtp__region_alloc_run), its
- * first page descriptor of kind SPAN, the others TAIL (types.h, mtpi_page_t). Layer: pool.
+ * first page descriptor of kind SPAN, the others TAIL (types.h, mtpi_desc_t). Layer: pool.
  *
  * Compared with a large block (large.c): no mapping of its own, no hash, no process-wide lock. A
  * free finds the span from the address as a small free finds its slab (chunk map, descriptor by
@@ -16,9 +16,9 @@
  *   - a SPAN descriptor's kind and pages, and the pages of the run, change only under the pool
  *     lock (format, resize, release to the region). Between its free and its next hand-out a
  *     cached span belongs to the caching thread, which alone writes its block_size, list and link
- *     (cache_take, mtp__span_free); the cache's spin lock orders it against trim and the purger.
- *   - which free of a span is the first is one CAS of thread_free from 0 to MTP_SPAN_CACHED
- *     (free_claim): a second free finds MTP_SPAN_CACHED (the span is cached, or its pages are
+ *     (cache_take, mtp__medium_free); the cache's spin lock orders it against trim and the purger.
+ *   - which free of a span is the first is one CAS of thread_free from 0 to MTP_MEDIUM_FREED
+ *     (free_claim): a second free finds MTP_MEDIUM_FREED (the span is cached, or its pages are
  *     free and still carry it) and is a double free (MTP_ERR_DOUBLE_FREE), even when two threads
  *     free at once. A free of pages already FREE is one too; an address that is not a live span's
  *     first byte is an invalid pointer (MTP_ERR_INVALID_POINTER). Once the pages are reused (by
@@ -50,7 +50,7 @@
 
 #define FREED_BYTES 128
 #define FREED_FILL 0xDF
-#define FREED_MARK MTP_SPAN_FREED_SIZE /* a freed span's block_size, kept in its FREE descriptor */
+#define FREED_MARK MTP_MEDIUM_FREED_SIZE /* a freed span's block_size, kept in its FREE descriptor */
 
 /* The freed pattern is intact (or the page was purged: all zero). A word at a time, with no
  * early exit: 16 loads (a byte loop cost 1,800 instructions per reuse, measured with callgrind). */
@@ -71,8 +71,8 @@ static unsigned pages_for(size_t size) {
 }
 
 /* Pool lock held: s, just taken from the region layer, becomes a medium block of `size` bytes. */
-static void span_format(mtpi_page_t *s, size_t size) {
-  s->kind = MTP_PAGE_SPAN;
+static void medium_format(mtpi_desc_t *s, size_t size) {
+  s->kind = MTP_PAGE_MEDIUM;
   s->block_size = (uint32_t)size;
   s->cls = MTP_NUM_CLASSES;
   s->size_min = UINT32_MAX; /* a sized free's class compare always fails: the slow path checks */
@@ -94,10 +94,10 @@ static void span_format(mtpi_page_t *s, size_t size) {
 /* A span of `pages` pages from m's cache (the caller's own), handed out as a block of `size`
  * bytes; NULL if m keeps none of that length. */
 static void *cache_take(mtpi_member_t *m, size_t size, unsigned pages, bool zero) {
-  mtpi_page_t *s = mtp__cache_take_span(m, pages, pages + pages / 4);
+  mtpi_desc_t *s = mtp__cache_take_medium(m, pages, pages + pages / 4);
   if (s == NULL) return NULL;
   char *b = mtp__page_start(s);
-  size_t len = mtp__span_usable(s);
+  size_t len = mtp__medium_usable(s);
   mtp__track_unmap(b, len);
   mtp__track_defined(b, len);
   bool intact = freed_fill_ok((const unsigned char *)b);
@@ -111,8 +111,8 @@ static void *cache_take(mtpi_member_t *m, size_t size, unsigned pages, bool zero
   return b;
 }
 
-void *mtp__span_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero) {
-  MTP_ASSERT(size <= MTP_SPAN_MAX && !pool->check);
+void *mtp__medium_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero) {
+  MTP_ASSERT(size <= MTP_MEDIUM_MAX && !pool->check);
   unsigned pages = pages_for(size);
   if (m != NULL) {
     void *b = cache_take(m, size, pages, zero);
@@ -121,12 +121,12 @@ void *mtp__span_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zer
   uint64_t dirty = 0;
   mtp__pool_lock(pool);
   MTP_VALIDATE(mtp__region_validate(&pool->rs));
-  mtpi_page_t *s = mtp__region_alloc_run(&pool->rs, pages, &dirty);
+  mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, pages, &dirty);
   bool verify = false;
   if (s != NULL) {
     verify = s->block_size == FREED_MARK && (dirty & 1);
-    span_format(s, size);
-    pool->span_allocs++;
+    medium_format(s, size);
+    pool->medium_allocs++;
   }
   mtp__pool_unlock(pool);
   if (s == NULL) {
@@ -149,35 +149,35 @@ void *mtp__span_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zer
 }
 
 /* Checks a free of p, whose head descriptor s was seen as a SPAN, and claims the span for it:
- * MTP_SPAN_CACHED in thread_free marks the block freed until its pages are formatted again, so
+ * MTP_MEDIUM_FREED in thread_free marks the block freed until its pages are formatted again, so
  * that of two frees of one block (even at once, from two threads) exactly one gets it. Returns 0,
  * or the error (*what) with nothing changed. */
-static int free_claim(mtpi_page_t *s, void *p, size_t size, bool sized, const char **what) {
+static int free_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, const char **what) {
   uintptr_t expect = 0;
   if ((char *)p != mtp__page_start(s)) {
     *what = "invalid pointer (not the start of a medium block)";
     return MTP_ERR_INVALID_POINTER;
   }
   if (mtp__load_relaxed(&s->thread_free) == 0 && sized &&
-      !(size <= mtp__span_usable(s) && (size >= s->block_size || size > MTP_MAX_SMALL))) {
+      !(size <= mtp__medium_usable(s) && (size >= s->block_size || size > MTP_MAX_SMALL))) {
     *what = "wrong size (sized free of a medium block)";
     return MTP_ERR_WRONG_SIZE;
   }
   /* acq_rel: orders this free after a free from the cache's hand-out in another thread */
-  if (!mtp__cas_strong_acq_rel(&s->thread_free, &expect, MTP_SPAN_CACHED)) {
+  if (!mtp__cas_strong_acq_rel(&s->thread_free, &expect, MTP_MEDIUM_FREED)) {
     *what = "double free (the medium block is freed already)";
     return MTP_ERR_DOUBLE_FREE;
   }
   return 0;
 }
 
-void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)p);
+void mtp__medium_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   const char *what = NULL;
   int err;
   /* The freeing thread keeps it, if it allocates from this pool too (m) and the pool caches. */
-  if (m != NULL && pool->purge_delay_ms != 0 && mtp__span_usable(s) <= pool->thread_cache_bytes) {
+  if (m != NULL && pool->purge_delay_ms != 0 && mtp__medium_usable(s) <= pool->thread_cache_bytes) {
     err = free_claim(s, p, size, sized, &what);
     if (err) {
       mtp__error(err, what, p);
@@ -185,7 +185,7 @@ void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
     }
     memset(p, FREED_FILL, FREED_BYTES);
     s->block_size = FREED_MARK;
-    mtp__track_poison(p, mtp__span_usable(s));
+    mtp__track_poison(p, mtp__medium_usable(s));
     mtp__cache_put_or_release(pool, m, s);
     return;
   }
@@ -194,7 +194,7 @@ void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
   if (s->kind == MTP_PAGE_FREE) {
     err = MTP_ERR_DOUBLE_FREE;
     what = "double free (the medium block's pages are already free)";
-  } else if (s->kind != MTP_PAGE_SPAN) {
+  } else if (s->kind != MTP_PAGE_MEDIUM) {
     err = MTP_ERR_INVALID_POINTER;
     what = "invalid pointer (not the start of a medium block)";
   } else {
@@ -212,14 +212,14 @@ void mtp__span_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
   if (err) mtp__error(err, what, p);
 }
 
-bool mtp__span_resize(void *p, size_t size) {
-  MTP_ASSERT(size > MTP_MAX_SMALL && size <= MTP_SPAN_MAX);
-  mtpi_page_t *s = mtp__slab_of((uintptr_t)p);
+bool mtp__medium_resize(void *p, size_t size) {
+  MTP_ASSERT(size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX);
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   unsigned want = pages_for(size), old;
   bool ok = true;
   mtp__pool_lock(pool);
-  MTP_ASSERT(s->kind == MTP_PAGE_SPAN && (char *)p == mtp__page_start(s));
+  MTP_ASSERT(s->kind == MTP_PAGE_MEDIUM && (char *)p == mtp__page_start(s));
   old = s->pages;
   if (want < old) {
     uint64_t freed_at = mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms());
