@@ -62,9 +62,8 @@ def read(path):
         return f.read()
 
 
-def run_line(caption, md_path, *links):
-    """The line above a table: the run's date, machine and result files (from the report's
-    "Machine:" line), then what the table shows."""
+def run_info(md_path):
+    """(date, processor, cores) of a run, from the "Machine:" line its report wrote."""
     m = re.search(r"^Machine: (.*)$", read(md_path), re.M)
     if not m:
         sys.exit(f"readme_tables: no 'Machine:' line in {rel(md_path)}")
@@ -75,33 +74,46 @@ def run_line(caption, md_path, *links):
     date = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", m.group(1))
     if not date:
         sys.exit(f"readme_tables: no date in the 'Machine:' line of {rel(md_path)}")
+    return date.group(0), cpu, cores
+
+
+def run_line(caption, md_path, *links):
+    """The line above a table: the run's date, machine and result files, then what it shows."""
     files = ", ".join(f"[{os.path.relpath(p, RESULTS)}]({rel(p)})" for p in (md_path,) + links)
-    return [f"{date.group(0)}, {cpu}, {cores}, {files}: {caption}", ""]
+    return [", ".join(run_info(md_path)) + f", {files}: {caption}", ""]
 
 
-def md_section(md_path, title_start):
-    """The first markdown table under the '### ' heading that starts with title_start, as
-    (header cells, {first cell: [cells]}) in the file's order."""
+def md_section(md_path, title):
+    """The table of a section that bench/tools/report.py wrote: the '### ' heading equal to title
+    (else the first that starts with it), as (heading, header cells, {first cell: [cells]}, the
+    note under the table)."""
     lines = read(md_path).splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("### ") and line[4:].startswith(title_start):
-            break
-    else:
-        sys.exit(f"readme_tables: no section '{title_start}' in {rel(md_path)}")
-    rows, header = {}, None
-    for line in lines[i + 1:]:
+    heads = [i for i, line in enumerate(lines) if line.startswith("### ")]
+    at = [i for i in heads if lines[i][4:] == title] or [i for i in heads if lines[i][4:].startswith(title)]
+    if not at:
+        sys.exit(f"readme_tables: no section '{title}' in {rel(md_path)}")
+    rows, header, note = {}, None, ""
+    for line in lines[at[0] + 1:]:
         if line.startswith("#"):
             break
-        if not line.startswith("|"):
-            if header:
-                break
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if header is None:
-            header = cells
-        elif not set(line) <= set("|-: "):
-            rows[cells[0]] = cells[1:]
-    return header, rows
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if header is None:
+                header = cells
+            elif not set(line) <= set("|-: "):
+                rows[cells[0]] = cells[1:]
+        elif header and line.strip():
+            note = line.strip()
+            break
+    return lines[at[0]][4:], header, rows, note
+
+
+def figure(pattern, text, md_path):
+    """A figure the report wrote in a note (a count of runs, a delay), found by pattern."""
+    m = re.search(pattern, text)
+    if not m:
+        sys.exit(f"readme_tables: '{pattern}' not found in a note of {rel(md_path)}")
+    return m.group(1)
 
 
 def table(header, rows):
@@ -132,13 +144,15 @@ def seed_block():
     std::list<int> and the share of it given back 500 ms after the free."""
     md = os.path.join(RESULTS, "seed.md")
     labels = [common.LABELS[k] for k in SEED_ROWS]
-    head, rows = md_section(md, "Seed workload: std::list of strings, 4 threads")
-    bhead, brows = md_section(md, "Footprint: bytes per element")
-    ghead, grows = md_section(md, "Footprint: resident memory given back, std::list<int>")
+    _, head, rows, note = md_section(md, "Seed workload: std::list of strings, 4 threads")
+    _, bhead, brows, _ = md_section(md, "Footprint: bytes per element")
+    _, ghead, grows, gnote = md_section(md, "Footprint: resident memory given back, std::list<int>")
     b, g = bhead.index("std::list<int>") - 1, ghead.index("back after delay") - 1
-    out = run_line("wall seconds, median of 5 processes (time relative to mtpool::allocator); bytes "
-                   "per element of a `std::list<int>`, and its share given back 500 ms after the free "
-                   "(threads alive, no trim call):", md)
+    reps = figure(r"median of (\d+) fresh processes", note, md)
+    delay = figure(r"after (\d+ ms) more", gnote, md)
+    out = run_line(f"wall seconds, median of {reps} processes (time relative to mtpool::allocator); "
+                   f"bytes per element of a `std::list<int>`, and its share given back {delay} after "
+                   "the free (threads alive, no trim call):", md)
     cells = [r[1:] + [brows[r[0]][b], grows[r[0]][g]] for r in pick(rows, labels, md)]
     return out + table(head + ["bytes per element", "given back"],
                        [[lab] + c for lab, c in zip(labels, cells)])
@@ -147,9 +161,9 @@ def seed_block():
 def cross_block():
     """Memory freed by other threads: bench_full.sh's producer-consumer workload."""
     md = os.path.join(RESULTS, "full.md")
-    head, rows = md_section(md, "Producer-consumer")
-    out = run_line("64-byte list nodes built by producers, freed by consumers; nodes per second (time "
-                   "per node relative to mtpool::allocator):", md)
+    title, head, rows, _ = md_section(md, "Producer-consumer")
+    what = figure(r"\((.*)\)", title, md)
+    out = run_line(f"{what}; nodes per second (time per node relative to mtpool::allocator):", md)
     return out + table(["allocator"] + head[1:], pick(rows, [common.LABELS[k] for k in CROSS_ROWS], md))
 
 
@@ -278,7 +292,7 @@ def server_rows(raw, suffix=""):
 def servers_block():
     """The full run, and below it the later run of glibc and mtpool alone."""
     raw, later = os.path.join(RESULTS, "servers.jsonl"), os.path.join(RESULTS, "servers-slapd", "servers.jsonl")
-    date = re.search(r"\d{4}-\d\d-\d\d", run_line("", later.replace(".jsonl", ".md"))[0]).group(0)
+    date = run_info(later.replace(".jsonl", ".md"))[0].split()[0]
     out = run_line(f"median of the repetitions (ratio to glibc's in the same run); the last two rows: "
                    f"[the run of {date}]({rel(later.replace('.jsonl', '.md'))}), glibc and mtpool alone:",
                    raw.replace(".jsonl", ".md"), raw)
