@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/fill.h"
 #include "base/os.h"
 #include "base/track.h"
 #include "pool.h"
@@ -58,13 +59,6 @@
  * live blocks still goes back after a tenth of the purge delay. */
 #define CACHE_FLOOR ((size_t)64 << 20)
 #define QUARANTINE_MAX ((size_t)32 << 20) /* checked pools: bytes of freed blocks held back */
-/* A cached range's first bytes hold this pattern while it is cached (every record entering the
- * cache gets it: a freed block, a split tail, a remainder), and are verified when the range is
- * handed out again: a write after free into the start of a large block (headers, first fields) is
- * reported then. Cheap (no system call); writes further in and reads are not found (mprotect would
- * find them at two system calls and a fault per reuse). */
-#define FREED_BYTES 128
-#define FREED_FILL 0xDF
 
 /* Spins a while before it sleeps, as a pool's lock does (mtp__os_lock_init says why). */
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
@@ -262,33 +256,24 @@ static void reserve_drop(mtpi_pool_t *pool, char **at, size_t *len) {
   pool->large_reserve_left = 0;
 }
 
-/* The user's bytes a cached record's pattern covers. */
-static size_t freed_span(const mtpi_large_t *rec) {
-  size_t room = rec->map_size - (size_t)((char *)rec->ptr - (char *)rec->map);
-  return room < FREED_BYTES ? room : FREED_BYTES;
-}
-
-/* Write the pattern (the range may be poisoned already: peeked around the write). */
+/* The freed pattern (base/fill.h) on a cached range's first bytes. Every record entering the
+ * cache gets it (a freed block, a split tail, a remainder) and it is verified when the range is
+ * handed out again, so a write after free into the start of a large block is reported then. No
+ * system call; writes further in and reads are not found. A range is at least an OS page and ptr
+ * is its start, so the pattern always fits. The range may be poisoned: peeked around. */
 static void freed_fill(mtpi_large_t *rec) {
-  size_t n = freed_span(rec);
-  mtp__track_peek(rec->ptr, n);
-  memset(rec->ptr, FREED_FILL, n);
-  mtp__track_unpeek(rec->ptr, n);
+  mtp__track_peek(rec->ptr, MTP_FREED_BYTES);
+  mtp__fill_freed(rec->ptr);
+  mtp__track_unpeek(rec->ptr, MTP_FREED_BYTES);
 }
 
-/* A cached record's pattern, intact? (outside the large lock: the record is out of the cache) */
+/* Outside the large lock: the record is out of the cache. A cached range is never purged in place
+ * (it is unmapped), so all zero is a write too: the exact check. */
 static bool freed_fill_ok(mtpi_large_t *rec) {
-  const unsigned char *c = rec->ptr;
-  size_t n = freed_span(rec); /* a multiple of 8: ptr and the range's end are page-aligned */
-  mtp__track_peek(rec->ptr, n);
-  uint64_t diff = 0;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t w;
-    memcpy(&w, c + i, 8);
-    diff |= w ^ (0x0101010101010101ull * FREED_FILL);
-  }
-  mtp__track_unpeek(rec->ptr, n);
-  return diff == 0;
+  mtp__track_peek(rec->ptr, MTP_FREED_BYTES);
+  bool ok = mtp__fill_exact(rec->ptr);
+  mtp__track_unpeek(rec->ptr, MTP_FREED_BYTES);
+  return ok;
 }
 
 /* Large lock held: put rec (out of the cache, in the hash) into the cache as it is: no bound
