@@ -100,7 +100,10 @@ int mtp__os_populate(void *p, size_t size) {
   return e;
 }
 
-int mtp__os_unmap(void *p, size_t size) { return munmap(p, size) == 0 ? 0 : errno; }
+int mtp__os_unmap(void *p, size_t size) {
+  mtp__track_unmap(p, size); /* the next mapping at these addresses starts unpoisoned */
+  return munmap(p, size) == 0 ? 0 : errno;
+}
 
 int mtp__os_purge(void *p, size_t size) {
   return madvise(p, size, MADV_DONTNEED) == 0 ? 0 : errno;

@@ -24,7 +24,8 @@ int mtp__os_guard(void *p, size_t size);
 /* Fault [p, p+size) in now, in one call, instead of one page fault per OS page later.
  * Returns ENOTSUP where the kernel lacks MADV_POPULATE_WRITE (before Linux 5.14). */
 int mtp__os_populate(void *p, size_t size);
-/* pre: [p, p+size) was mapped by mtp__os_map (whole or a page-aligned part). */
+/* Unmap [p, p+size) and clear the tools' marks on it (ASan poison), so that whatever is mapped
+ * there next starts clean. pre: mapped by mtp__os_map (whole or a page-aligned part). */
 int mtp__os_unmap(void *p, size_t size);
 /* Give the pages back to the OS; they read as zero when touched again. pre: page-aligned. */
 int mtp__os_purge(void *p, size_t size);

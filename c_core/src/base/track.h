@@ -53,6 +53,13 @@
 #define mtp__track_free(p, n) ((void)(p), (void)(n))
 #endif
 
+/* Memory handed to the caller whole (a medium block, a large range): no poison left (ASan), every
+ * byte defined (memcheck: the program may read what it did not write, as from fresh pages). */
+MTP_INLINE void mtp__track_handout(void *p, size_t n) {
+  mtp__track_unmap(p, n);
+  mtp__track_defined(p, n);
+}
+
 /* Free-list links are stored encoded: link word = next ^ mtp__link_key, on the owner's list and
  * on the remote list alike (see "Free-list links" at mtpi_block_t in types.h). The key is set once
  * per process, before the first slab is formatted (mtp__link_key_init), and never changes: a

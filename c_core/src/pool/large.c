@@ -179,7 +179,6 @@ static void drop_cached(mtpi_pool_t *pool, mtpi_large_t *rec) {
  * the bytes that went back to the OS. */
 static size_t unmap_rec(mtpi_large_t *rec) {
   size_t n = rec->map_size;
-  mtp__track_unmap(rec->map, n); /* the next mapping there starts unpoisoned */
   /* munmap of our own whole mapping fails only if the kernel is out of memory to split a
    * mapping: the address space then stays mapped and is not counted as returned. */
   if (mtp__os_unmap(rec->map, n) == 0)
@@ -330,8 +329,7 @@ static mtpi_large_t *cache_take(mtpi_pool_t *pool, size_t need, size_t alignment
 
 /* The caller's now: no poison left on the block's range. */
 static void *hand_out(mtpi_large_t *rec) {
-  mtp__track_unmap(rec->map, rec->map_size);
-  mtp__track_defined(rec->map, rec->map_size);
+  mtp__track_handout(rec->map, rec->map_size);
   return rec->ptr;
 }
 
@@ -577,8 +575,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
       remember(rec);
       pthread_mutex_unlock(&mtp__large_lock);
       if (tail != NULL) mtp__meta_free(tail, sizeof(*tail));
-      mtp__track_unmap((char *)old + old_size, take); /* unpoisoned: the caller's now */
-      mtp__track_defined((char *)old + old_size, take);
+      mtp__track_handout((char *)old + old_size, take);
       return p;
     }
   } else if (need < old_size && caches(pool)) {

