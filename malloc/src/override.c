@@ -8,6 +8,13 @@
  *   - mallopt accepts glibc's parameters and changes nothing (options come from MTPOOL_*);
  *   - free_sized with a size the block cannot have been made for is reported, not ignored.
  *
+ * Built against musl (no __GLIBC__), the library exports what musl's libc itself offers (malloc,
+ * free, calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign, valloc,
+ * malloc_usable_size), C23's free_sized and free_aligned_sized, and mtp_*: glibc's extras (pvalloc,
+ * cfree, the __libc_* entry points, malloc_trim, mallinfo/mallinfo2, mallopt, malloc_stats,
+ * malloc_info) are left out, as musl has none of them (exports-musl.map). musl's dynamic loader
+ * sees that malloc and aligned_alloc are replaced and routes its own memalign through them.
+ *
  * Nothing here may allocate through malloc (it would recurse): the environment is read through
  * `environ`, reports go through stdio only from malloc_stats/malloc_info and at exit. */
 #define _GNU_SOURCE
@@ -32,6 +39,7 @@
 /* C23, declared by glibc 2.43 and later only. */
 EXPORT void free_sized(void *p, size_t size);
 EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size);
+#if defined(__GLIBC__)
 /* Not declared by glibc's headers (exported by glibc for old binaries and static links). */
 EXPORT void cfree(void *p);
 EXPORT void *__libc_malloc(size_t size);
@@ -42,6 +50,7 @@ EXPORT void *__libc_memalign(size_t alignment, size_t size);
 EXPORT void *__libc_valloc(size_t size);
 EXPORT void *__libc_pvalloc(size_t size);
 EXPORT int __posix_memalign(void **out, size_t alignment, size_t size);
+#endif
 
 static int is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
@@ -111,6 +120,7 @@ static size_t page_size(void) {
 
 EXPORT void *valloc(size_t size) { return mtp_alloc_aligned(size, page_size()); }
 
+#if defined(__GLIBC__)
 EXPORT void *pvalloc(size_t size) {
   size_t ps = page_size();
   if (size > SIZE_MAX - ps) {
@@ -120,6 +130,7 @@ EXPORT void *pvalloc(size_t size) {
   size_t rounded = (size + ps - 1) & ~(ps - 1);
   return mtp_alloc_aligned(rounded ? rounded : ps, ps);
 }
+#endif
 
 EXPORT size_t malloc_usable_size(void *p) { return p ? mtp_usable_size(p) : 0; }
 
@@ -130,6 +141,7 @@ EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size) {
   free_sized(p, size);
 }
 
+#if defined(__GLIBC__)
 /* Old names, and glibc's internal entry points that a static link or old code may call. */
 EXPORT void cfree(void *p) ALIAS(free);
 EXPORT void *__libc_malloc(size_t size) ALIAS(malloc);
@@ -280,6 +292,8 @@ EXPORT int malloc_info(int options, FILE *out) {
   rc |= info_totals(out, &st, "malloc");
   return rc ? EIO : 0;
 }
+
+#endif /* __GLIBC__: the old names and glibc's extras */
 
 /* ---- MTPOOL_VERBOSE and MTPOOL_SHOW_STATS ---- */
 

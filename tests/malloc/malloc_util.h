@@ -20,8 +20,9 @@ typedef int (*mu_stats_fn)(mtp_pool_t *, mtp_stats_t *);
  * so the API is referenced directly. The test still fails where malloc is not mtpool's: the
  * same program linked with the core alone (libmtpool.a, musl's malloc) is run and must fail,
  * as mtp_pool_of finds no pool for musl's blocks. */
-void free_sized(void *p, size_t size);
-void free_aligned_sized(void *p, size_t alignment, size_t size);
+/* weak: absent (NULL) where only the core is linked */
+__attribute__((weak)) void free_sized(void *p, size_t size);
+__attribute__((weak)) void free_aligned_sized(void *p, size_t alignment, size_t size);
 static inline void *mu_static_sym(const char *name) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
