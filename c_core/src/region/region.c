@@ -20,6 +20,8 @@ mtpi_atomic_u8 mtp__chunkmap[MTP_CHUNKMAP_SIZE];
 #define USABLE_PAGES MTP_REGION_USABLE_PAGES
 
 _Static_assert(MTP_REGION_HEADER_PAGES < 8, "region header must stay small");
+/* A run lies in one bitmap word: a region's 64 pages are one word. */
+_Static_assert(WORDS == 1, "runs are searched within one bitmap word");
 
 /* Regions with free pages stay in front, so a search can stop at the first full one. */
 static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->regions); }
@@ -68,6 +70,17 @@ static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
 }
 
+/* Bits lo .. lo + n - 1 of a bitmap word (n >= 1, lo + n <= 64): a run of n pages. */
+static uint64_t run_mask(unsigned lo, unsigned n) {
+  return (n == 64 ? ~0ull : ((uint64_t)1 << n) - 1) << lo;
+}
+
+/* A free dirty page is due for the purge: freed at least delay ms ago (never if delay < 0), or
+ * any with force. */
+static bool page_due(const mtpi_desc_t *d, uint64_t now_ms, long delay, bool force) {
+  return force || (delay >= 0 && d->free_time_ms + (uint64_t)delay <= now_ms);
+}
+
 /* Purge the pages of word wi of r that `which` names, one madvise per run of consecutive pages;
  * count the dirty ones as returned and clean. A refused run stays dirty, to be tried again later. */
 static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t which,
@@ -75,7 +88,7 @@ static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t 
   while (which) {
     unsigned lo = (unsigned)__builtin_ctzll(which), hi = lo;
     while (hi < 64 && (which >> hi & 1)) hi++;
-    uint64_t bits = (hi - lo == 64) ? ~0ull : (((uint64_t)1 << (hi - lo)) - 1) << lo;
+    uint64_t bits = run_mask(lo, hi - lo);
     which &= ~bits;
     char *at = (char *)r + ((size_t)(wi * 64 + lo) << MTP_PAGE_SHIFT);
     if (mtp__os_purge(at, (size_t)(hi - lo) << MTP_PAGE_SHIFT) != 0) continue;
@@ -103,16 +116,15 @@ static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint6
   uint64_t handled = 0;
   for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
     if (i / 64 != wi) continue;
-    uint64_t bits = (hp == 64 ? ~0ull : (((uint64_t)1 << hp) - 1)) << (i % 64);
+    uint64_t bits = run_mask(i % 64, hp);
     bool all_free = (r->h.free_mask[wi] & bits) == bits, split = (r->h.huge_split[wi] & bits) != 0;
     if (split && !all_free) continue; /* small pages now: the page-by-page pass */
     handled |= bits;
     uint64_t dirty = r->h.dirty_mask[wi] & bits;
     if (dirty == 0) continue;
     bool due = true;
-    for (unsigned j = i; j < i + hp && due && !force; j++)
-      if (dirty >> (j % 64) & 1)
-        due = delay >= 0 && r->pages[j].free_time_ms + (uint64_t)delay <= now_ms;
+    for (unsigned j = i; j < i + hp && due; j++)
+      if (dirty >> (j % 64) & 1) due = page_due(&r->pages[j], now_ms, delay, force);
     if (!due) continue;
     char *at = (char *)r + ((size_t)i << MTP_PAGE_SHIFT);
     size_t len = (size_t)hp << MTP_PAGE_SHIFT;
@@ -182,15 +194,76 @@ static uint64_t runs_of(uint64_t w, unsigned k) {
   return w & align[lg];
 }
 
-static int find_run(mtpi_region_t *r, unsigned k, bool dirty_only) {
-  for (unsigned wi = 0; wi < WORDS; wi++) {
-    uint64_t w = r->h.free_mask[wi];
-    if (dirty_only) w &= r->h.dirty_mask[wi];
-    uint64_t m = runs_of(w, k);
-    if (m) return (int)(wi * 64 + (unsigned)__builtin_ctzll(m));
+/* Positions i where bits i..i+k-1 of w are all set (k >= 1): each step doubles the run length
+ * known at every position, the last one tops it up to k. */
+static uint64_t runs_any(uint64_t w, unsigned k) {
+  for (unsigned have = 1; have < k && w != 0;) {
+    unsigned step = have < k - have ? have : k - have;
+    w &= w >> step;
+    have += step;
   }
-  return -1;
+  return w;
 }
+
+/* Where a run of `pages` free pages of r may start (bit i: at page i): at multiples of `pages`
+ * if aligned (slabs), else anywhere (medium blocks); over resident pages only if dirty_only.
+ * *within (if not NULL): the pages searched. */
+static uint64_t run_starts(const mtpi_region_t *r, unsigned pages, bool aligned, bool dirty_only,
+                           uint64_t *within) {
+  uint64_t w = r->h.free_mask[0];
+  if (dirty_only) w &= r->h.dirty_mask[0];
+  if (within != NULL) *within = w;
+  return aligned ? runs_of(w, pages) : runs_any(w, pages);
+}
+
+/* The first region of rs, in list order, other than skip, with a run of `pages` free pages
+ * (run_starts): a run of resident pages first (no page faults), then any; unclaimed: the second
+ * pass skips regions a heap has claimed. NULL if none; else *starts and *within as run_starts
+ * gives them. */
+static mtpi_region_t *region_search(mtpi_rset_t *rs, unsigned pages, bool aligned,
+                                    const mtpi_region_t *skip, bool unclaimed, uint64_t *starts,
+                                    uint64_t *within) {
+  for (int pass = 0; pass < 2; pass++)
+    for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
+      if (r->h.free_pages < pages || r == skip) continue;
+      if (pass == 1 && unclaimed && r->h.claim != NULL) continue;
+      *starts = run_starts(r, pages, aligned, pass == 0, within);
+      if (*starts != 0) return r;
+    }
+  return NULL;
+}
+
+/* Take pages at .. at + pages - 1 of r (all free); returns which of them were dirty (bit i for
+ * page at + i). Descriptors are the caller's to set. */
+static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages) {
+  uint64_t dirty = 0;
+  for (unsigned i = at; i < at + pages; i++) {
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    MTP_ASSERT(r->h.free_mask[i / 64] & bit);
+    if (r->h.dirty_mask[i / 64] & bit)
+      dirty |= (uint64_t)1 << (i - at);
+    else
+      rs->clean_bytes -= MTP_PAGE_SIZE;
+    r->h.free_mask[i / 64] &= ~bit;
+    r->h.dirty_mask[i / 64] &= ~bit;
+  }
+  r->h.free_pages -= pages;
+  if (r->h.free_pages == 0) { /* full: to the back */
+    rlist_remove(rs, r);
+    rlist_push_back(rs, r);
+  }
+  return dirty;
+}
+
+/* Descriptors head[from .. to - 1] become TAILs of head. */
+static void set_tails(mtpi_desc_t *head, unsigned from, unsigned to) {
+  for (unsigned i = from; i < to; i++) {
+    memset(&head[i], 0, sizeof(mtpi_desc_t));
+    head[i].kind = MTP_PAGE_TAIL;
+    head[i].head = head;
+  }
+}
+
 
 /* A heap that keeps taking never-touched pages for classes it has filled before is growing: fault
  * the run, and as the streak lengthens the free clean pages after it, in with one call rather
@@ -252,32 +325,24 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
                                     bool grow, bool populate) {
   MTP_ASSERT(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
-  int at = -1;
+  uint64_t starts = 0;
   MTP_ASSERT(mine == NULL || (mine->h.set == rs && mine->h.claim == hint));
   /* The claimed region first (resident pages, then fresh ones: its faults are ours alone). */
   if (mine != NULL && mine->h.free_pages >= pages) {
-    at = find_run(mine, pages, true);
-    if (at < 0) at = find_run(mine, pages, false);
-    if (at >= 0) found = mine;
+    starts = run_starts(mine, pages, true, true, NULL);
+    if (starts == 0) starts = run_starts(mine, pages, true, false, NULL);
+    if (starts != 0) found = mine;
   }
   /* Then pages still resident anywhere (no page faults), then never-touched pages where no other
    * heap faults pages in, then a new region. */
-  for (int pass = 0; pass < 2 && found == NULL; pass++) {
-    for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
-      if (r->h.free_pages < pages || r == mine) continue;
-      if (pass == 1 && hint != NULL && r->h.claim != NULL) continue;
-      at = find_run(r, pages, pass == 0);
-      if (at >= 0) {
-        found = r;
-        break;
-      }
-    }
-  }
+  if (found == NULL) found = region_search(rs, pages, true, mine, hint != NULL, &starts, NULL);
   if (found == NULL) {
     found = region_new(rs);
     if (found == NULL) return NULL;
-    at = find_run(found, pages, false);
+    starts = run_starts(found, pages, true, false, NULL);
   }
+  MTP_ASSERT(starts != 0);
+  unsigned at = (unsigned)__builtin_ctzll(starts);
   /* Fresh pages: claim the region, if the heap grows or few regions are claimed yet. Past that,
    * a heap's first slab of a class claims nothing: a thread that allocates a little takes its
    * pages beside other such threads' (measured: 3,000 short-lived threads at once held 3,000
@@ -290,29 +355,11 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
     rs->claimed++;
     *hint = found;
   }
-  bool clean = true;
-  for (unsigned i = (unsigned)at; i < (unsigned)at + pages; i++) {
-    uint64_t bit = (uint64_t)1 << (i % 64);
-    if (!(found->h.dirty_mask[i / 64] & bit))
-      rs->clean_bytes -= MTP_PAGE_SIZE;
-    else
-      clean = false;
-    found->h.free_mask[i / 64] &= ~bit;
-    found->h.dirty_mask[i / 64] &= ~bit;
-  }
-  populate_ahead(rs, found, (unsigned)at, pages, clean, grow, populate);
-  found->h.free_pages -= pages;
-  if (found->h.free_pages == 0) { /* full: to the back */
-    rlist_remove(rs, found);
-    rlist_push_back(rs, found);
-  }
+  bool clean = take_run(rs, found, at, pages) == 0;
+  populate_ahead(rs, found, at, pages, clean, grow, populate);
   mtpi_desc_t *s = &found->pages[at];
   s->pages = (uint8_t)pages;
-  for (unsigned i = 1; i < pages; i++) {
-    memset(&s[i], 0, sizeof(mtpi_desc_t));
-    s[i].kind = MTP_PAGE_TAIL;
-    s[i].head = s;
-  }
+  set_tails(s, 1, pages);
   return s;
 }
 
@@ -349,72 +396,17 @@ void mtp__region_free_run(mtpi_rset_t *rs, mtpi_desc_t *s, uint64_t now_ms) {
 
 /* ---- runs of any length (medium blocks) ---- */
 
-/* A run lies in one bitmap word: a region's 64 pages are one word. */
-_Static_assert(WORDS == 1, "runs are searched within one bitmap word");
 _Static_assert(MTP_MEDIUM_MAX <= (size_t)MTP_REGION_USABLE_PAGES << MTP_PAGE_SHIFT,
                "a medium block fits in a region");
 
-/* Positions i where bits i..i+k-1 of w are all set (k >= 1): each step doubles the run length
- * known at every position, the last one tops it up to k. */
-static uint64_t runs_any(uint64_t w, unsigned k) {
-  for (unsigned have = 1; have < k && w != 0;) {
-    unsigned step = have < k - have ? have : k - have;
-    w &= w >> step;
-    have += step;
-  }
-  return w;
-}
-
-/* Take pages at .. at + pages - 1 of r (all free); returns which of them were dirty (bit i for
- * page at + i). Descriptors are the caller's to set. */
-static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages) {
-  uint64_t dirty = 0;
-  for (unsigned i = at; i < at + pages; i++) {
-    uint64_t bit = (uint64_t)1 << (i % 64);
-    MTP_ASSERT(r->h.free_mask[i / 64] & bit);
-    if (r->h.dirty_mask[i / 64] & bit)
-      dirty |= (uint64_t)1 << (i - at);
-    else
-      rs->clean_bytes -= MTP_PAGE_SIZE;
-    r->h.free_mask[i / 64] &= ~bit;
-    r->h.dirty_mask[i / 64] &= ~bit;
-  }
-  r->h.free_pages -= pages;
-  if (r->h.free_pages == 0) { /* full: to the back */
-    rlist_remove(rs, r);
-    rlist_push_back(rs, r);
-  }
-  return dirty;
-}
-
-/* Descriptors head[from .. to - 1] become TAILs of head. */
-static void set_tails(mtpi_desc_t *head, unsigned from, unsigned to) {
-  for (unsigned i = from; i < to; i++) {
-    memset(&head[i], 0, sizeof(mtpi_desc_t));
-    head[i].kind = MTP_PAGE_TAIL;
-    head[i].head = head;
-  }
-}
-
 mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty) {
   MTP_ASSERT(pages >= 1 && pages <= USABLE_PAGES);
-  mtpi_region_t *found = NULL;
   uint64_t runs = 0, mask = 0;
-  for (int pass = 0; pass < 2 && found == NULL; pass++)
-    for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
-      if (r->h.free_pages < pages) continue;
-      mask = pass == 0 ? r->h.free_mask[0] & r->h.dirty_mask[0] : r->h.free_mask[0];
-      runs = runs_any(mask, pages);
-      if (runs != 0) {
-        found = r;
-        break;
-      }
-    }
+  mtpi_region_t *found = region_search(rs, pages, false, NULL, false, &runs, &mask);
   if (found == NULL) {
     found = region_new(rs);
     if (found == NULL) return NULL;
-    mask = found->h.free_mask[0];
-    runs = runs_any(mask, pages);
+    runs = run_starts(found, pages, false, false, &mask);
   }
   MTP_ASSERT(runs != 0);
   /* The highest stretch of free pages that fits, from its start: the pages after the run stay
@@ -433,7 +425,7 @@ bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages) {
   unsigned at = (unsigned)(s - r->pages), old = s->pages;
   MTP_ASSERT(r->h.set == rs && pages > old);
   if (at + pages > MTP_PAGES_PER_REGION) return false;
-  uint64_t want = runs_any(r->h.free_mask[0], pages - old);
+  uint64_t want = run_starts(r, pages - old, false, false, NULL);
   if (!(want >> (at + old) & 1)) return false;
   (void)take_run(rs, r, at + old, pages - old);
   set_tails(s, old, pages);
@@ -457,27 +449,12 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
     if (r->h.free_pages == 0) break; /* the rest are full */
     for (unsigned wi = 0; wi < WORDS; wi++) {
       uint64_t w = r->h.dirty_mask[wi] & ~huge_purge(rs, r, wi, now_ms, delay, force, &returned);
-      while (w) {
-        unsigned i = wi * 64 + (unsigned)__builtin_ctzll(w);
-        /* a run of consecutive dirty pages that are all due */
-        unsigned j = i;
-        while (j < (wi + 1) * 64 && (w >> (j - wi * 64) & 1) &&
-               (force || (delay >= 0 && r->pages[j].free_time_ms + (uint64_t)delay <= now_ms)))
-          j++;
-        if (j == i) {
-          w &= w - 1;
-          continue;
-        }
-        size_t len = (size_t)(j - i) << MTP_PAGE_SHIFT;
-        uint64_t bits = (j - i == 64) ? ~0ull : (((uint64_t)1 << (j - i)) - 1) << (i - wi * 64);
-        w &= ~bits;
-        /* Refused (only with a kernel out of memory for the split): the pages stay dirty, to be
-         * tried again later, and are not counted as returned. */
-        if (mtp__os_purge((char *)r + ((size_t)i << MTP_PAGE_SHIFT), len) != 0) continue;
-        r->h.dirty_mask[wi] &= ~bits;
-        rs->clean_bytes += len;
-        returned += len;
+      uint64_t due = 0; /* the dirty pages that are due: purged a run of consecutive ones at once */
+      for (; w != 0; w &= w - 1) {
+        unsigned b = (unsigned)__builtin_ctzll(w);
+        if (page_due(&r->pages[wi * 64 + b], now_ms, delay, force)) due |= (uint64_t)1 << b;
       }
+      purge_runs(rs, r, wi, due, &returned);
     }
     if (r->h.free_pages == USABLE_PAGES && r->h.claim == NULL) {
       bool clean = true;
