@@ -1,5 +1,5 @@
 /* Threads that each hold most blocks of one class and replace them at random (the case the heap's
- * stand-in serves, and above 1 KiB its hot lists: heap.c), while blocks also cross threads: every
+ * reuse lists: heap/reuse.c), while blocks also cross threads: every
  * 16th block a thread replaces goes to the next thread, which frees it (a remote free into a slab
  * whose owner lists blocks of it), threads flush now and then, and each thread's successor inherits
  * its blocks after it exits with blocks listed. The main thread reads the statistics and walks the
@@ -118,7 +118,7 @@ static void *observer(void *arg) {
   return NULL;
 }
 
-static void test_stand_in_threads(void) {
+static void test_reuse_threads(void) {
   mtp_options_t o;
   mtp_options_init(&o);
   o.purge_delay_ms = 1;
@@ -163,6 +163,6 @@ static void test_stand_in_threads(void) {
 }
 
 int main(void) {
-  RUN(test_stand_in_threads);
+  RUN(test_reuse_threads);
   DONE();
 }

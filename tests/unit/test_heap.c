@@ -9,12 +9,11 @@
  * does; threads that each allocate a little share slabs; trim gives the shared heaps' slabs
  * back; threads on CPUs of different shared heaps take their first blocks from different ones.
  * The partial list is a queue (the slab freed into first is used first), a thread that frees
- * into a slab it let go keeps more exhausted slabs of that class (past 128, all), and a free into
- * an exhausted slab while the current one is exhausted too makes that slab current (the one it
- * replaces takes its place on the full list and keeps its remote frees for the slow path).
- * The stand-in (classes up to 1 KiB) and the hot lists (above): blocks the thread freed, handed
- * out again newest first, free to the statistics and the walk, a second free reported, bounded,
- * given back at trim, flush and before a slab is let go. */
+ * into a slab it let go keeps more exhausted slabs of that class (past 128, all).
+ * The reuse lists: blocks the thread freed into its own slabs (above 1 KiB every such free, up to
+ * 1 KiB frees into exhausted slabs while the current one is exhausted too), handed out again
+ * newest first, free to the statistics and the walk, a second free reported, bounded, given back
+ * at trim, flush and before a slab is let go. */
 #define _GNU_SOURCE /* CPU affinity */
 #include "heap/heap.h"
 #include "testhelper.h"
@@ -83,7 +82,7 @@ static mtpi_desc_t *cache_one(mtp_pool_t *pool, size_t size, void **keep) {
   mtpi_desc_t *s = mtp__run_of((uintptr_t)b[0]);
   CHECK(mtp__run_of((uintptr_t)b[cap]) != s); /* the current slab now */
   for (uint32_t i = 0; i < cap; i++) mtp_free(b[i]);
-  if (cls >= MTP_HOT_FIRST) { /* the blocks freed last are listed (hot lists), the slab not empty */
+  if (mtp__class_size[cls] > MTP_DIRECT_MAX) { /* the blocks freed last are listed, the slab not empty */
     CHECK(s->list != MTP_LIST_HEAP_CACHE);
     mtp__heap_unlist(mtp__pool_in(pool));
   }
@@ -408,9 +407,9 @@ static void test_partial_queue(void) {
   drop(pool, b, n);
 }
 
-/* A free into an exhausted slab while the current slab of its class is exhausted too makes that
- * slab current: the next allocation takes the block just freed, not the partial queue's front.
- * With room in the current slab, the slab joins the partial queue as before. */
+/* A free into an exhausted slab while the current slab of its class is exhausted too lists the
+ * block for reuse: the next allocation takes the block just freed, not the partial queue's front.
+ * With room in the current slab, the slab joins the partial queue. */
 static void test_freed_into_current(void) {
   unsigned cls = mtp__class_of(1024);
   uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
@@ -431,11 +430,9 @@ static void test_freed_into_current(void) {
   CHECK((b[n - 1] = mtp_pool_alloc(pub, 1024)) != NULL); /* S2's last block: exhausted, current */
   CHECK(mtp__run_of((uintptr_t)b[n - 1]) == s2 && h->current[cls] == s2);
   void *p0 = b[0];
-  mtp_free(p0); /* S0 becomes current; S2 joins the full list */
-  CHECK(h->current[cls] == s0);
-  CHECK(s2->list == MTP_LIST_HEAP_FULL && s1->list == MTP_LIST_HEAP_PARTIAL);
-  /* S2 took S0's place, alone on the list: the queue's head names itself as the last */
-  CHECK(h->full[cls] == &s2->link && s2->link.prev == &s2->link && s2->link.next == NULL);
+  mtp_free(p0); /* S2 exhausted: p0 is listed for reuse, S0 stays exhausted */
+  CHECK(h->current[cls] == s2 && h->reuse[cls] == p0 && h->reuse_n[cls] == 1);
+  CHECK(s0->list == MTP_LIST_HEAP_FULL && s1->list == MTP_LIST_HEAP_PARTIAL);
   mtp__heap_validate(h);
   CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == p0); /* the block just freed */
   CHECK((b[cap] = mtp_pool_alloc(pub, 1024)) == p1); /* S0 exhausted: then the partial front */
@@ -454,8 +451,8 @@ static void *free_range(void *arg) { /* remote frees: this thread owns none of t
   return NULL;
 }
 
-/* The exhausted current slab that a free into another exhausted slab sends to the full list
- * keeps the remote frees that came to it: the slow path finds it there and collects them. */
+/* The exhausted current slab keeps the remote frees that came to it while the block freed into
+ * another exhausted slab is listed: the slow path collects them once the list is empty. */
 static void test_freed_into_current_remote(void) {
   unsigned cls = mtp__class_of(1024);
   uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
@@ -472,60 +469,15 @@ static void test_freed_into_current_remote(void) {
   CHECK(pthread_join(t, NULL) == 0);
   void *p0 = b[0];
   mtp_free(p0);
-  CHECK(h->current[cls] == s0 && s2->list == MTP_LIST_HEAP_FULL);
+  CHECK(h->current[cls] == s2 && h->reuse[cls] == p0 && s0->list == MTP_LIST_HEAP_FULL);
   mtp__heap_validate(h);
   CHECK((b[0] = mtp_pool_alloc(pub, 1024)) == p0);
-  for (uint32_t i = r.from; i < r.to; i++) { /* S0 exhausted again: then S2's remote frees */
+  for (uint32_t i = r.from; i < r.to; i++) { /* the list empty: then S2's remote frees */
     CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
     CHECK(mtp__run_of((uintptr_t)b[i]) == s2);
   }
   CHECK(h->current[cls] == s2);
   mtp__heap_validate(h);
-  drop(pool, b, n);
-}
-
-/* h's full list of class cls is exactly a, b, c, in that order, and a well-formed queue. */
-static bool full_is(mtpi_heap_t *h, unsigned cls, mtpi_desc_t *a, mtpi_desc_t *b, mtpi_desc_t *c) {
-  mtpi_node_t *n = h->full[cls];
-  return n == &a->link && n->next == &b->link && b->link.next == &c->link && c->link.next == NULL &&
-         n->prev == &c->link && c->link.prev == &b->link && b->link.prev == &a->link &&
-         h->full_count[cls] == 3;
-}
-
-/* A free into an exhausted slab while the current one is exhausted too: the two trade places, the
- * current slab taking the other's place on the full list, in the middle, at the back and at the
- * front, and each is marked for what it is now (the owner word's FULL mark). */
-static void test_full_trade(void) {
-  unsigned cls = mtp__class_of(1024);
-  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
-  uint32_t n = cap * 4;
-  void **b;
-  mtpi_pool_t *pool = fill(1024, cap * 2, &b); /* S0 exhausted and kept, S1 current, exhausted */
-  mtp_pool_t *pub = mtp__pool_out(pool);
-  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  uintptr_t me = (uintptr_t)mtp__tl_thread;
-  h->full_limit[cls] = 3; /* S0, S1, S2 kept */
-  b = realloc(b, n * sizeof(void *));
-  CHECK(b != NULL);
-  for (uint32_t i = cap * 2; i < n; i++) CHECK((b[i] = mtp_pool_alloc(pub, 1024)) != NULL);
-  mtpi_desc_t *s[4];
-  for (unsigned k = 0; k < 4; k++) s[k] = mtp__run_of((uintptr_t)b[cap * k]);
-  CHECK(h->current[cls] == s[3] && full_is(h, cls, s[0], s[1], s[2]));
-  static const unsigned into[3] = {1, 2, 0}; /* the middle, then the back, then the front */
-  static const unsigned after[3][3] = {{0, 3, 2}, {0, 3, 1}, {2, 3, 1}};
-  for (unsigned k = 0; k < 3; k++) {
-    mtpi_desc_t *cur = h->current[cls];
-    void *p = b[cap * into[k]];
-    mtp_free(p);
-    CHECK(h->current[cls] == s[into[k]]);
-    CHECK(full_is(h, cls, s[after[k][0]], s[after[k][1]], s[after[k][2]]));
-    CHECK(cur->list == MTP_LIST_HEAP_FULL && !(cur->used & MTP_USED_CURRENT));
-    CHECK_EQ_SZ(mtp__load_relaxed(&cur->owner), me | MTP_OWNER_FULL);
-    CHECK_EQ_SZ(mtp__load_relaxed(&s[into[k]]->owner), me);
-    CHECK(s[into[k]]->list == MTP_LIST_NONE && (s[into[k]]->used & MTP_USED_CURRENT));
-    mtp__heap_validate(h);
-    CHECK((b[cap * into[k]] = mtp_pool_alloc(pub, 1024)) == p); /* exhausted again */
-  }
   drop(pool, b, n);
 }
 
@@ -591,7 +543,7 @@ static void test_full_limit_unbounded(void) {
   drop(pool, b, n);
 }
 
-/* ---- the stand-in ---- */
+/* ---- the reuse lists ---- */
 
 static int double_frees;
 static void on_error(int err, const char *message, void *ptr, void *arg) {
@@ -650,11 +602,12 @@ static mtpi_pool_t *fill_kept(size_t size, uint32_t slabs, void ***out, uint32_t
 static uint32_t replace(mtpi_pool_t *pool, void **b, uint32_t n, size_t size, uint32_t rounds,
                         uint32_t *seed) {
   uint32_t same = 0;
-  for (uint32_t r = 0; r < rounds; r++) {
+  for (uint32_t r = 0; r < rounds;) {
     *seed = *seed * 1103515245u + 12345u;
     uint32_t k = (*seed >> 8) % n;
     mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
     if (mtp__run_of((uintptr_t)b[k]) == h->current[mtp__class_of(size)]) continue;
+    r++;
     void *p = b[k];
     mtp_free(p);
     CHECK((b[k] = mtp_pool_alloc(mtp__pool_out(pool), size)) != NULL);
@@ -663,54 +616,50 @@ static uint32_t replace(mtpi_pool_t *pool, void **b, uint32_t n, size_t size, ui
   return same;
 }
 
-/* A thread that replaces blocks of one class at random frees into its exhausted slabs while its
- * current slab is exhausted: after a run of such frees the stand-in serves the class, and the
- * next allocation takes the block just freed. Listed blocks are free to the statistics and the
- * heap walk, bounded, a second free of one is reported, and thread flush gives them back. */
-static void test_stand_in(void) {
-  const size_t size = 1024; /* above it, the hot lists take the owner's frees */
+/* A thread that replaces blocks of one class up to 1 KiB at random frees into its exhausted slabs
+ * while its current slab is exhausted: each such free lists the block, and the next allocation
+ * takes the block just freed. Listed blocks are free to the statistics and the heap walk, bounded,
+ * a second free of one is reported, and thread flush gives them back. */
+static void test_reuse_small(void) {
+  const size_t size = 512;
   unsigned cls = mtp__class_of(size);
   void **b;
   uint32_t n, seed = 1;
   mtpi_pool_t *pool = fill_kept(size, 8, &b, &n);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  CHECK(h->stand_cls == MTP_NUM_CLASSES);
-  (void)replace(pool, b, n, size, 200, &seed);
-  CHECK(h->current[cls] == &h->stand_in && h->stand_cls == cls);
-  mtp__heap_validate(h);
   CHECK_EQ_SZ(replace(pool, b, n, size, 100, &seed), 100); /* each time the block just freed */
+  CHECK_EQ_SZ(h->reuse_n[cls], 0);
+  mtp__heap_validate(h);
   check_live(pool, b, n);
-  /* a run of frees: listed up to the bound, the rest freed into their slabs */
-  uint32_t freed[96], nf = 0, listed = 0;
+  /* a run of frees: listed up to the bound, then the older half goes back to the slabs */
+  uint32_t freed[96], nf = 0;
   for (uint32_t k = 0; nf < 96 && k < n; k++) {
-    if (mtp__run_of((uintptr_t)b[k]) == mtp__run_of((uintptr_t)b[n - 1])) continue;
+    if (mtp__run_of((uintptr_t)b[k]) == h->current[cls]) continue;
     mtp_free(b[k]);
     freed[nf++] = k;
   }
   size_t lc[MTP_NUM_CLASSES] = {0};
-  listed = (uint32_t)mtp__heap_listed(&h->m, &pool->rs, lc, NULL, 0);
-  CHECK(lc[cls] == listed && listed == (64 << 10) / size); /* the bound: 64 KiB of blocks */
-  mtpi_block_t *last = h->stand_in.free, *first_listed = last; /* the list's head and tail */
-  for (uint32_t i = 1; i < listed; i++) first_listed = mtp__block_next(first_listed);
-  CHECK(first_listed != NULL && mtp__block_next(first_listed) == NULL);
+  uint32_t listed = (uint32_t)mtp__heap_listed(&h->m, &pool->rs, lc, NULL, 0);
+  CHECK(lc[cls] == listed && listed == h->reuse_n[cls] && listed > 0 && listed <= h->reuse_cap[cls]);
+  mtpi_block_t *last = h->reuse[cls]; /* the newest listed (a slab that got blocks back from a
+                                        * trim has room again: frees into it are not listed) */
+  bool among = false;
+  for (uint32_t i = 0; i < nf; i++) among |= b[freed[i]] == (void *)last;
+  CHECK(among);
   for (uint32_t i = 0; i < nf; i++) b[freed[i]] = NULL;
   mtp__heap_validate(h);
   check_live(pool, b, n);
   /* a second free of a listed block is reported, and changes nothing */
-  mtpi_desc_t *fs = mtp__run_of((uintptr_t)first_listed);
-  uint8_t fs_list = fs->list;
-  uint32_t fs_used = fs->used;
+  double_frees = 0;
   mtp_set_error_handler(on_error, NULL);
-  mtp_free(first_listed);
+  mtp_free(last);
   mtp_set_error_handler(NULL, NULL);
   CHECK_EQ_SZ(double_frees, 1);
-  CHECK(fs->list == fs_list && fs->used == fs_used);
-  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, NULL, NULL, 0), listed);
+  CHECK_EQ_SZ(h->reuse_n[cls], listed);
   mtp__heap_validate(h);
-  check_live(pool, b, n);
   /* the listed blocks come back first, the last listed first */
   for (uint32_t i = 0; i < 3; i++) {
-    mtpi_block_t *head = h->stand_in.free;
+    mtpi_block_t *head = h->reuse[cls];
     CHECK(i > 0 || head == last);
     CHECK((b[freed[i]] = mtp_pool_alloc(mtp__pool_out(pool), size)) == (void *)head);
   }
@@ -722,55 +671,15 @@ static void test_stand_in(void) {
   drop(pool, b, n);
 }
 
-/* The stand-in serves one class at a time: a run of another class's frees moves it there, and the
- * first class's listed blocks go back to their slabs. */
-static void test_stand_in_switch(void) {
-  void **a, **c;
-  uint32_t na, nc, seed = 7;
-  mtpi_pool_t *pool = fill_kept(1024, 6, &a, &na);
-  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-  unsigned ca = mtp__class_of(1024), cc = mtp__class_of(512);
-  h->full_limit[cc] = 40;
-  c = calloc(4096, sizeof(void *));
-  CHECK(c != NULL);
-  nc = (uint32_t)((mtp__class_pages[cc] * MTP_PAGE_SIZE) / mtp__class_size[cc]) * 30;
-  CHECK(nc <= 4096);
-  for (uint32_t i = 0; i < nc; i++) CHECK((c[i] = mtp_pool_alloc(mtp__pool_out(pool), 512)) != NULL);
-  (void)replace(pool, a, na, 1024, 200, &seed);
-  CHECK(h->stand_cls == ca);
-  uint32_t k = 0, freed = 0;
-  for (; freed < 5; k++) /* five listed */
-    if (mtp__run_of((uintptr_t)a[k]) != mtp__run_of((uintptr_t)a[na - 1])) {
-      mtp_free(a[k]);
-      a[k] = NULL;
-      freed++;
-    }
-  CHECK_EQ_SZ(mtp__heap_listed(&h->m, &pool->rs, NULL, NULL, 0), 5);
-  (void)replace(pool, c, nc, 512, 300, &seed);
-  CHECK(h->stand_cls == cc && h->current[cc] == &h->stand_in);
-  CHECK(h->current[ca] != &h->stand_in);
-  mtp__heap_validate(h);
-  for (uint32_t i = 0; i < na; i++) /* all of a live: none of the five is handed out twice */
-    if (a[i] == NULL) CHECK((a[i] = mtp_pool_alloc(mtp__pool_out(pool), 1024)) != NULL);
-  for (uint32_t i = 0; i < na; i++)
-    for (uint32_t j = i + 1; j < na; j++) CHECK(a[i] != a[j]);
-  mtp__heap_validate(h);
-  for (uint32_t i = 0; i < nc; i++) mtp_free(c[i]);
-  free(c);
-  check_live(pool, a, na);
-  drop(pool, a, na);
-}
-
-/* ---- the hot lists ---- */
 
 /* Above MTP_DIRECT_MAX, the owner's frees into its own slabs are listed per class, and the next
  * allocation of the class takes the block freed last. Listed blocks are free to the statistics
  * and the heap walk; a second free of one is reported and changes nothing; past the bound the
  * older half goes back to its slabs; trim and thread flush give them all back. */
-static void test_hot_lists(void) {
+static void test_reuse_lists(void) {
   const size_t size = 2048;
-  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
-  CHECK(cls >= MTP_HOT_FIRST);
+  unsigned cls = mtp__class_of(size), i = cls;
+  CHECK(mtp__class_size[cls] > MTP_DIRECT_MAX);
   void **b;
   enum { N = 24 }; /* in one slab of 32, not exhausted: frees take the owner's fast path */
   mtpi_pool_t *pool = fill(size, N, &b);
@@ -778,12 +687,12 @@ static void test_hot_lists(void) {
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
   mtpi_desc_t *s = mtp__run_of((uintptr_t)b[0]);
   CHECK(mtp__run_of((uintptr_t)b[N - 1]) == s && h->current[cls] == s);
-  CHECK(h->hot_cap[i] == 32 && h->hot_n[i] == 0);
+  CHECK(h->reuse_cap[i] == 32 && h->reuse_n[i] == 0);
   for (uint32_t k = 0; k < 8; k++) {
     mtp_free(b[k]);
     b[k] = NULL;
   }
-  CHECK_EQ_SZ(h->hot_n[i], 8);
+  CHECK_EQ_SZ(h->reuse_n[i], 8);
   CHECK_EQ_SZ(MTP_USED(s), N); /* still counted by the slab */
   mtp__heap_validate(h);
   check_live(pool, b, N);
@@ -792,35 +701,35 @@ static void test_hot_lists(void) {
   CHECK(p7 != NULL && p6 != NULL);
   b[7] = p7;
   b[6] = p6;
-  CHECK_EQ_SZ(h->hot_n[i], 6);
+  CHECK_EQ_SZ(h->reuse_n[i], 6);
   mtp__heap_validate(h);
   check_live(pool, b, N);
   /* a second free of a listed block */
-  void *listed_block = h->hot[i]; /* b[5]'s old address: the list's head */
+  void *listed_block = h->reuse[i]; /* b[5]'s old address: the list's head */
   uint32_t used = MTP_USED(s);
   double_frees = 0;
   mtp_set_error_handler(on_error, NULL);
   mtp_free(listed_block);
   mtp_set_error_handler(NULL, NULL);
   CHECK_EQ_SZ(double_frees, 1);
-  CHECK_EQ_SZ(h->hot_n[i], 6);
+  CHECK_EQ_SZ(h->reuse_n[i], 6);
   CHECK_EQ_SZ(MTP_USED(s), used);
   mtp__heap_validate(h);
   /* the bound: the 33rd listed block sends the older half back to its slab */
   void **more = calloc(40, sizeof(void *));
   CHECK(more != NULL);
   for (uint32_t k = 0; k < 40; k++) CHECK((more[k] = mtp_pool_alloc(pub, size)) != NULL);
-  CHECK_EQ_SZ(h->hot_n[i], 0); /* the six listed were handed out first */
+  CHECK_EQ_SZ(h->reuse_n[i], 0); /* the six listed were handed out first */
   for (uint32_t k = 0; k < 33; k++) {
     mtp_free(more[k]);
     more[k] = NULL;
   }
-  CHECK_EQ_SZ(h->hot_n[i], 17); /* 32 halved to 16, then the 33rd; exhausted slabs' blocks too */
+  CHECK_EQ_SZ(h->reuse_n[i], 17); /* 32 halved to 16, then the 33rd; exhausted slabs' blocks too */
   mtp__heap_validate(h);
   /* trim gives every listed block back */
   mtp_pool_trim(pub);
-  CHECK_EQ_SZ(h->hot_n[i], 0);
-  CHECK(h->hot[i] == NULL);
+  CHECK_EQ_SZ(h->reuse_n[i], 0);
+  CHECK(h->reuse[i] == NULL);
   mtp__heap_validate(h);
   for (uint32_t k = 0; k < 40; k++)
     if (more[k] != NULL) mtp_free(more[k]);
@@ -831,7 +740,7 @@ static void test_hot_lists(void) {
     mtp_free(b[k]);
     b[k] = NULL;
   }
-  CHECK(h->hot_n[i] > 0);
+  CHECK(h->reuse_n[i] > 0);
   mtp_thread_flush();
   CHECK(mtp__thread_heap(mtp__tl_thread, pool->id) == NULL);
   check_live(pool, b, N); /* b[6] and b[7] */
@@ -840,20 +749,20 @@ static void test_hot_lists(void) {
 
 /* The bound's trim keeps the blocks freed last: after HOT_MAX + 1 owner frees into a slab with
  * room, the list holds the newest half plus the one just freed, newest first. */
-static void test_hot_trim_keeps_newest(void) {
+static void test_reuse_trim_keeps_newest(void) {
   const size_t size = 1200; /* 54 blocks a slab: the 33 frees stay in one unexhausted slab */
-  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
+  unsigned cls = mtp__class_of(size), i = cls;
   void **b;
   enum { N = 40 };
   mtpi_pool_t *pool = fill(size, N, &b);
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
   mtpi_desc_t *s = mtp__run_of((uintptr_t)b[0]);
   CHECK(mtp__run_of((uintptr_t)b[N - 1]) == s && s->capacity > N);
-  CHECK_EQ_SZ(h->hot_cap[i], 32);
+  CHECK_EQ_SZ(h->reuse_cap[i], 32);
   for (uint32_t k = 0; k < 33; k++) mtp_free(b[k]);
-  CHECK_EQ_SZ(h->hot_n[i], 17); /* 32 halved to 16, then the 33rd */
+  CHECK_EQ_SZ(h->reuse_n[i], 17); /* 32 halved to 16, then the 33rd */
   CHECK_EQ_SZ(MTP_USED(s), N - 16);
-  mtpi_block_t *it = h->hot[i];
+  mtpi_block_t *it = h->reuse[i];
   for (uint32_t k = 32; k >= 16; k--) { /* b[32], b[31], ... b[16] */
     CHECK(it == b[k]);
     it = mtp__block_next(it);
@@ -868,9 +777,9 @@ static void test_hot_trim_keeps_newest(void) {
 /* A slab the heap lets go (slab_to_full past the full list's bound) must not hold listed blocks:
  * the class's list goes back to its slabs first. Aligned allocations take the slow path, which
  * leaves the list alone, so the slabs fill while blocks are listed. */
-static void test_hot_before_detach(void) {
+static void test_reuse_before_detach(void) {
   const size_t size = 2048;
-  unsigned cls = mtp__class_of(size), i = cls - MTP_HOT_FIRST;
+  unsigned cls = mtp__class_of(size), i = cls;
   void **b;
   enum { N = 4 };
   mtpi_pool_t *pool = fill(size, N, &b);
@@ -879,7 +788,7 @@ static void test_hot_before_detach(void) {
   mtp_free(b[0]);
   mtp_free(b[1]);
   b[0] = b[1] = NULL;
-  CHECK_EQ_SZ(h->hot_n[i], 2);
+  CHECK_EQ_SZ(h->reuse_n[i], 2);
   uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / size);
   uint32_t n = cap * (MTP_FULL_PER_CLASS + 3);
   void **a = calloc(n, sizeof(void *));
@@ -888,7 +797,7 @@ static void test_hot_before_detach(void) {
     CHECK((a[k] = mtp_pool_alloc_aligned(pub, size, 2048)) != NULL);
     mtp__heap_validate(h); /* every listed block in a slab the heap owns */
   }
-  CHECK_EQ_SZ(h->hot_n[i], 0); /* given back when the first slab was let go */
+  CHECK_EQ_SZ(h->reuse_n[i], 0); /* given back when the first slab was let go */
   for (uint32_t k = 0; k < n; k++) mtp_free(a[k]);
   free(a);
   check_live(pool, b, N);
@@ -917,15 +826,15 @@ static void test_free_owner_cases(void) {
     void *first = b[0];
     mtp_free(first);
     b[0] = NULL;
-    if (cls >= MTP_HOT_FIRST) {
-      unsigned i = cls - MTP_HOT_FIRST;
-      CHECK_EQ_SZ(h->hot_n[i], 1);
-      CHECK(h->hot[i] == first);
+    if (mtp__class_size[cls] > MTP_DIRECT_MAX) {
+      unsigned i = cls;
+      CHECK_EQ_SZ(h->reuse_n[i], 1);
+      CHECK(h->reuse[i] == first);
       CHECK_EQ_SZ(MTP_USED(s0), cap); /* listed: still counted, still exhausted */
       CHECK(mtp__load_relaxed(&s0->owner) == (me | MTP_OWNER_FULL));
       mtp_free(b[cap]); /* the current slab's block: listed too, newest first */
-      CHECK_EQ_SZ(h->hot_n[i], 2);
-      CHECK(h->hot[i] == b[cap]);
+      CHECK_EQ_SZ(h->reuse_n[i], 2);
+      CHECK(h->reuse[i] == b[cap]);
       b[cap] = NULL;
     } else {
       CHECK_EQ_SZ(MTP_USED(s0), cap - 1);
@@ -954,12 +863,10 @@ int main(void) {
   RUN(test_full_limit_unbounded);
   RUN(test_freed_into_current);
   RUN(test_freed_into_current_remote);
-  RUN(test_full_trade);
-  RUN(test_stand_in);
-  RUN(test_stand_in_switch);
-  RUN(test_hot_lists);
-  RUN(test_hot_trim_keeps_newest);
-  RUN(test_hot_before_detach);
+  RUN(test_reuse_small);
+  RUN(test_reuse_lists);
+  RUN(test_reuse_trim_keeps_newest);
+  RUN(test_reuse_before_detach);
   RUN(test_free_owner_cases);
   DONE();
 }

@@ -42,27 +42,21 @@ MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls) {
   return b;
 }
 
-/* A class above MTP_DIRECT_MAX: the block this thread freed last of the class (its hot list,
- * heap.c), its lines likely still cached, else the current slab's. */
-MTP_INLINE void *heap_alloc_hot(mtpi_heap_t *h, unsigned cls) {
-  unsigned i = cls - MTP_HOT_FIRST;
-  mtpi_block_t *b = h->hot[i];
-  if (b == NULL) return heap_alloc_fast(h, cls);
-  h->hot[i] = mtp__block_take(b);
-  h->hot_n[i]--;
-  h->m.allocs++;
-  mtp__track_alloc(b, mtp__class_size[cls]);
-  return b;
+/* A class above MTP_DIRECT_MAX: the block this thread freed last of the class (its reuse list,
+ * heap/reuse.c), its lines likely still cached, else the current slab's. */
+MTP_INLINE void *heap_alloc_reuse(mtpi_heap_t *h, unsigned cls) {
+  if (h->reuse[cls] == NULL) return heap_alloc_fast(h, cls);
+  return mtp__reuse_pop(h, cls);
 }
 
 /* A pooled size from h's fast paths; NULL: the slow path's (above MTP_MAX_SMALL too). Sizes up to
  * 1 KiB come first, so their path has one compare; 1-32 KiB take a second compare, the second
- * table and the hot list. */
+ * table and the reuse list. */
 MTP_INLINE void *alloc_fast(mtpi_heap_t *h, size_t size) {
   if (MTP_LIKELY(size <= MTP_DIRECT_MAX))
     return heap_alloc_fast(h, mtp__class_direct[(size + 7) >> 3]);
   if (MTP_LIKELY(size <= MTP_MAX_SMALL))
-    return heap_alloc_hot(h, mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT]);
+    return heap_alloc_reuse(h, mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT]);
   return NULL;
 }
 
@@ -142,15 +136,15 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
   errno = e;
 }
 
-/* The owner's free of a block above MTP_DIRECT_MAX: onto its heap's hot list of the class, for
- * the next allocation of the class to take back (heap.c); a full list is trimmed there first. */
-MTP_INLINE void free_hot(mtpi_desc_t *s, mtpi_block_t *b) {
+/* The owner's free of a block above MTP_DIRECT_MAX: onto its heap's reuse list of the class, for
+ * the next allocation of the class to take back; a full list is trimmed first (heap/reuse.c). */
+MTP_INLINE void free_reuse(mtpi_desc_t *s, mtpi_block_t *b) {
   mtpi_heap_t *h = mtp__slab_heap(s);
   unsigned cls = s->cls;
-  if (MTP_UNLIKELY(h->hot_n[cls - MTP_HOT_FIRST] >= h->hot_cap[cls - MTP_HOT_FIRST]))
-    mtp__heap_free_hot(s, b);
+  if (MTP_UNLIKELY(h->reuse_n[cls] >= h->reuse_cap[cls]))
+    mtp__heap_free_reuse_full(s, b);
   else
-    mtp__hot_push(h, cls, b);
+    mtp__reuse_push(h, cls, b);
 }
 
 /* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
@@ -174,7 +168,7 @@ MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
       /* listed whether s is current or exhausted (a cache of 20,000 blocks of 2,000 bytes
        * replaced at random: 0.142 -> 0.114 s with the exhausted ones, tcmalloc 0.112) */
       if (MTP_LIKELY(!mtp__block_tagged(b))) {
-        free_hot(s, b);
+        free_reuse(s, b);
         return;
       }
       if (mine == 0) { /* maybe a double free: free_other takes an exhausted slab's */
@@ -323,8 +317,13 @@ void *mtp_realloc(void *p, size_t size) {
    * size stays valid. (A medium block's cls is MTP_NUM_CLASSES: never equal.) */
   if (s != NULL && !s->checked && size <= MTP_MAX_SMALL && mtp__class_of(size) == s->cls) return p;
   /* A medium block that stays medium: grown into the free pages after it, or shrunk, in place. */
-  bool span = s != NULL && s->kind == MTP_PAGE_MEDIUM;
-  if (span && size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX && mtp__medium_resize(p, size)) return p;
+  bool medium = s != NULL && s->kind == MTP_PAGE_MEDIUM;
+  if (medium && size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX) {
+    bool due = false;
+    bool resized = mtp__medium_resize(p, size, &due);
+    if (due) mtp__purger_wake();
+    if (resized) return p;
+  }
   /* A block that becomes large gets an eighth more room at once. Checked pools keep the exact
    * canary: they copy. */
   void *q = NULL;

@@ -85,7 +85,7 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   }
   out->bytes_mapped = p->rs.mapped_bytes;
   out->bytes_reserved = p->rs.mapped_bytes - p->rs.clean_bytes;
-  mtp__pool_unlock(p);
+  mtp__pool_unlock_quiet(p); /* a read frees no page */
   pthread_mutex_lock(&mtp__large_lock);
   size_t large_mapped = p->large_bytes;
   out->large_blocks = p->large_count + mediums;

@@ -130,7 +130,7 @@ int mtp_pool_visit(mtp_pool_t *pool_, mtp_visit_fn visit, void *arg) {
        r = mtp__region_from_node(r->h.link.next))
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION && !rc; i++)
       rc = visit_slab(&r->pages[i], &listed, visit, arg);
-  mtp__pool_unlock(pool);
+  mtp__pool_unlock_quiet(pool); /* a read frees no page */
   if (listed.at != NULL) mtp__os_unmap(listed.at, listed.cap * sizeof(void *));
   if (rc) return rc;
   pthread_mutex_lock(&mtp__large_lock);

@@ -87,10 +87,6 @@
 /* Size classes (size_class.c): at most MTP_STATS_MAX_CLASSES (the public statistics' array, part
  * of the ABI), checked there. */
 #define MTP_NUM_CLASSES 64
-/* Classes above MTP_DIRECT_MAX (1,152 B - 32 KiB) have hot lists in each heap (heap.c); the
- * first of them, checked against the table in size_class.c. */
-#define MTP_HOT_FIRST 32
-#define MTP_HOT_CLASSES (MTP_NUM_CLASSES - MTP_HOT_FIRST)
 
 /* ------------------------------------------------------------------------------------------------
  * Blocks and page descriptors
@@ -354,27 +350,17 @@ struct mtpi_heap {
   mtpi_thread_t *thread;                 /* owner */
   mtpi_member_t m;
   mtpi_heap_t *free_next;                /* meta free list */
-  /* Cold classes (heap.c): blocks of each class this heap took from its pool's shared heap, and
-   * whether it may (it joined a pool that had a heap already). */
+  /* Cold classes (heap/shared.c): blocks of each class this heap took from its pool's shared
+   * heap, and whether it may (it joined a pool that had a heap already). */
   uint8_t cold[MTP_NUM_CLASSES];
   uint32_t cold_total; /* the sum of them */
   bool cold_ok;
-  /* The stand-in (heap.c): blocks this thread freed into its own exhausted slabs of one class,
-   * which the allocation fast path hands out again through current[stand_cls]. Owner only; read
-   * racily by statistics and the heap walk (mtp__heap_listed). */
-  uint8_t stand_cls;     /* the class it serves; MTP_NUM_CLASSES when none */
-  uint8_t stand_cap;     /* the most blocks it lists for that class */
-  uint8_t tight_cls;     /* the class of the last free into an exhausted slab ... */
-  uint16_t tight_run;    /* ... made while the current slab was exhausted too, and how many in a row */
-  uint32_t stand_pushed; /* blocks listed since it began serving; less stand_in.used: listed now */
-  mtpi_desc_t stand_in;  /* not a slab: free (the list), used (the fast path's pops), block_size */
-  /* The hot lists (heap.c): per class above MTP_DIRECT_MAX, blocks this thread freed into its own
-   * slabs, newest first, which the allocation fast path hands out before any slab's. Owner only;
-   * read racily by statistics and the heap walk (mtp__heap_listed). */
-  mtpi_block_t *hot[MTP_HOT_CLASSES];
-  uint8_t hot_n[MTP_HOT_CLASSES];   /* blocks on each list */
-  uint8_t hot_cap[MTP_HOT_CLASSES]; /* each list's bound: hot_max, copied so that the free fast
-                                     * path compares without a division (heap.c) */
+  /* The reuse lists (heap/reuse.c): per class, blocks this thread freed into its own slabs,
+   * newest first. Owner only; read racily by statistics and the heap walk. */
+  mtpi_block_t *reuse[MTP_NUM_CLASSES];
+  uint8_t reuse_n[MTP_NUM_CLASSES];   /* blocks on each list */
+  uint8_t reuse_cap[MTP_NUM_CLASSES]; /* each list's bound, copied so that the free fast path
+                                       * compares without a division */
 };
 
 /* Per-thread record; its address is the thread's ownership token. Heaps of pools 0 ..

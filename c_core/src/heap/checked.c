@@ -110,7 +110,7 @@ static void *take_block(mtpi_pool_t *pool, unsigned cls) {
       s->free = linked ? next : NULL;
       if (!intact) {
         /* Keep the block out of circulation (bit stays clear, so freeing it is reported). */
-        mtp__pool_unlock(pool);
+        if (mtp__pool_unlock(pool)) mtp__purger_wake();
         mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)",
                    user_of(s, b));
         mtp__pool_lock(pool);
@@ -150,7 +150,7 @@ void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
     *footer(s, b) = (uint32_t)size | (front ? FRONTED : 0);
     pool->checked_allocs++;
   }
-  mtp__pool_unlock(pool);
+  if (mtp__pool_unlock(pool)) mtp__purger_wake();
   if (bad) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", bad);
   if (b == NULL) {
     errno = ENOMEM;
@@ -315,7 +315,7 @@ void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
     }
   }
   if (err) {
-    mtp__pool_unlock(pool);
+    if (mtp__pool_unlock(pool)) mtp__purger_wake();
     mtp__error(err, what, p);
     return;
   }
@@ -343,7 +343,7 @@ void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
     if (bad == NULL) bad = w;
     mtp__pool_release_locked(pool, s, mtp__os_now_ms());
   }
-  mtp__pool_unlock(pool);
+  if (mtp__pool_unlock(pool)) mtp__purger_wake();
   if (bad) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", bad);
 }
 
@@ -353,7 +353,7 @@ bool mtp__checked_lookup(mtpi_desc_t *s, const void *p, size_t *usable) {
   bool not_allocated;
   char *b = block_of(s, (char *)p, &not_allocated);
   if (b != NULL) *usable = *footer(s, b) & ~FRONTED;
-  mtp__pool_unlock(pool);
+  if (mtp__pool_unlock(pool)) mtp__purger_wake();
   return b != NULL;
 }
 
@@ -398,7 +398,7 @@ void mtp__checked_scan(mtpi_pool_t *pool) {
   mtp__pool_lock(pool);
   void *bad = quarantine_find_corrupt(pool);
   if (bad == NULL) bad = find_corrupt(pool);
-  mtp__pool_unlock(pool);
+  if (mtp__pool_unlock(pool)) mtp__purger_wake();
   if (bad) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", bad);
 }
 
@@ -426,7 +426,7 @@ __attribute__((destructor)) static void checked_exit_scan(void) {
     if (check) { /* registry lock held: the pool cannot be destroyed meanwhile */
       mtp__pool_lock(p);
       bad = quarantine_find_corrupt(p);
-      mtp__pool_unlock(p);
+      mtp__pool_unlock_quiet(p); /* a scan frees no page */
     }
     pthread_mutex_unlock(&mtp__registry_lock);
     if (bad) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed block was written to)", bad);

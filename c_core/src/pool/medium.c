@@ -1,69 +1,49 @@
 /* Medium blocks: a request in (MTP_MAX_SMALL, MTP_MEDIUM_MAX] of a pool that is not checked gets a
- * span: ceil(size / 64 KiB) contiguous pages of the pool's regions (mtp__region_alloc_run), its
- * first page descriptor of kind SPAN, the others TAIL (types.h, mtpi_desc_t). Layer: pool.
+ * run of ceil(size / 64 KiB) pages of the pool's regions (mtp__region_alloc_run), its first page
+ * descriptor of kind MEDIUM, the others TAIL (types.h). Layer: pool.
  *
  * Compared with a large block (large.c): no mapping of its own, no hash, no process-wide lock. A
- * free finds the span from the address as a small free finds its slab (chunk map, descriptor by
- * masking, its head); its owner word is 0, so the free fast path misses and
- * mtp__heap_free_slow dispatches on the kind. A freed span waits in the freeing thread's cache
- * (the one its heap keeps empty slabs in, pool.c) if that thread allocates from the pool too, else
- * its pages go back to the region as free pages under the pool lock, like a released slab's: any
- * slab or span reuses them, and they are purged a tenth of the pool's delay after (base.h). So no
- * system call is made while the regions have room, and a thread that frees and allocates spans
- * takes no lock.
+ * free finds the block from the address as a small free finds its slab (chunk map, descriptor by
+ * masking, its head); its owner word is 0, so the free fast path misses and the heap's free slow
+ * path dispatches on the kind. A freed medium block waits in the freeing thread's cache (heap
+ * layer) if that thread allocates from the pool too, else its pages go back to the region as free
+ * pages under the pool lock, like a released slab's: any slab or medium block reuses them, and
+ * they are purged a tenth of the pool's delay after (base.h).
  *
  * Rules:
- *   - a SPAN descriptor's kind and pages, and the pages of the run, change only under the pool
+ *   - a MEDIUM descriptor's kind and pages, and the pages of the run, change only under the pool
  *     lock (format, resize, release to the region). Between its free and its next hand-out a
- *     cached span belongs to the caching thread, which alone writes its block_size, list and link
- *     (cache_take, mtp__medium_free); the cache's spin lock orders it against trim and the purger.
- *   - which free of a span is the first is one CAS of thread_free from 0 to MTP_MEDIUM_FREED
- *     (free_claim): a second free finds MTP_MEDIUM_FREED (the span is cached, or its pages are
- *     free and still carry it) and is a double free (MTP_ERR_DOUBLE_FREE), even when two threads
- *     free at once. A free of pages already FREE is one too; an address that is not a live span's
- *     first byte is an invalid pointer (MTP_ERR_INVALID_POINTER). Once the pages are reused (by
- *     a slab or another span) a second free is what the new owner of the address makes of it, as
- *     for small blocks.
- *   - a cache hit takes a span of the pages asked for, or up to a quarter more (handed out whole:
- *     its pages are resident already, and an exact length misses often under mixed sizes).
- *   - the usable size is the span's whole pages; a sized free accepts what a large block's does:
+ *     cached block belongs to the caching thread, which alone writes its block_size, list and
+ *     link; the cache's lock orders it against trim and the purge.
+ *   - which free of a block is the first is one CAS of thread_free from 0 to MTP_MEDIUM_FREED
+ *     (mtp__medium_claim): a second free finds MTP_MEDIUM_FREED (the block is cached, or its pages
+ *     are free and still carry it) and is a double free, even when two threads free at once. A
+ *     free of pages already FREE is one too; an address that is not a live block's first byte is
+ *     an invalid pointer. Once the pages are reused (by a slab or another medium block) a second
+ *     free is what the new owner of the address makes of it, as for small blocks.
+ *   - the usable size is the run's whole pages; a sized free accepts what a large block's does:
  *     any size up to the usable size that is at least the requested size or above MTP_MAX_SMALL.
  *   - calloc: a page taken clean (never touched, or purged) reads as zero and is not written; only
  *     the pages that may be resident are cleared (so untouched pages are not faulted in).
- *   - realloc grows a span in place when the pages after it are free, and shrinks it in place
+ *   - realloc grows a block in place when the pages after it are free, and shrinks it in place
  *     (its tail pages become free); else the caller moves the block.
- *   - a freed span's first FREED_BYTES hold a pattern, and its first descriptor (FREE now) keeps
- *     FREED_MARK in block_size, until a slab or span's format overwrites it. A span taken again
- *     from that page while it is still dirty, or from a cache, verifies the pattern: a write after free into the
- *     start of a medium block is reported then (MTP_ERR_USE_AFTER_FREE), as for large blocks.
- *     All zero bytes pass too: a page purged and then faulted in ahead (region.c) is zero. Writes
- *     further in, writes of zeros, and pages reused by slabs first are not found.
- *   - checked pools keep the large path (its canary and quarantine), so spans are never checked.
- * For tools, a span's pages are unpoisoned (ASan) and marked defined (memcheck) when handed out,
+ *   - a freed block's first bytes hold the freed pattern (base/fill.h), and its first descriptor
+ *     (FREE now) keeps FREED_MARK in block_size, until a format overwrites it. A block taken again
+ *     from that page while it is still dirty, or from a cache, verifies the pattern: a write after
+ *     free into its start is reported then (MTP_ERR_USE_AFTER_FREE), as for large blocks.
+ *   - checked pools keep the large path (its canary and quarantine), so medium blocks are never
+ *     checked.
+ * For tools, a block's pages are unpoisoned (ASan) and marked defined (memcheck) when handed out,
  * poisoned by the region layer when freed, as large blocks' ranges are. */
 #include <errno.h>
 #include <string.h>
 
+#include "base/fill.h"
 #include "base/os.h"
 #include "base/track.h"
 #include "pool.h"
 
-#define FREED_BYTES 128
-#define FREED_FILL 0xDF
-#define FREED_MARK MTP_MEDIUM_FREED_SIZE /* a freed span's block_size, kept in its FREE descriptor */
-
-/* The freed pattern is intact (or the page was purged: all zero). A word at a time, with no
- * early exit: 16 loads (a byte loop cost 1,800 instructions per reuse, measured with callgrind). */
-static bool freed_fill_ok(const unsigned char *b) {
-  uint64_t fill = 0, zero = 0;
-  for (unsigned i = 0; i < FREED_BYTES; i += 8) {
-    uint64_t w;
-    memcpy(&w, b + i, 8);
-    fill |= w ^ (0x0101010101010101ull * FREED_FILL);
-    zero |= w;
-  }
-  return fill == 0 || zero == 0;
-}
+#define FREED_MARK MTP_MEDIUM_FREED_SIZE /* a freed block's block_size, kept in its FREE descriptor */
 
 static unsigned pages_for(size_t size) {
   size_t n = (size + MTP_PAGE_SIZE - 1) >> MTP_PAGE_SHIFT;
@@ -91,33 +71,27 @@ static void medium_format(mtpi_desc_t *s, size_t size) {
   mtp__store_relaxed(&s->thread_free, 0);
 }
 
-/* A span of `pages` pages from m's cache (the caller's own), handed out as a block of `size`
- * bytes; NULL if m keeps none of that length. */
-static void *cache_take(mtpi_member_t *m, size_t size, unsigned pages, bool zero) {
-  mtpi_desc_t *s = mtp__cache_take_medium(m, pages, pages + pages / 4);
-  if (s == NULL) return NULL;
+/* The tools see the run's pages handed out again; the freed pattern is verified. */
+static void hand_out(char *b, size_t len, bool verify) {
+  mtp__track_handout(b, len);
+  if (verify && !mtp__fill_intact(b)) /* the caller gets the block all the same */
+    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
+}
+
+void *mtp__medium_reuse(mtpi_desc_t *s, size_t size, bool zero) {
   char *b = mtp__page_start(s);
-  size_t len = mtp__medium_usable(s);
-  mtp__track_unmap(b, len);
-  mtp__track_defined(b, len);
-  bool intact = freed_fill_ok((const unsigned char *)b);
+  hand_out(b, mtp__medium_usable(s), true);
   s->block_size = (uint32_t)size;
   /* relaxed: the next free of the block, from any thread, is ordered after this hand-out by the
    * program's own hand-over of the pointer */
   mtp__store_relaxed(&s->thread_free, 0);
-  m->allocs++;
-  if (!intact) mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
   if (zero) memset(b, 0, size); /* cached pages are resident and dirty */
   return b;
 }
 
-void *mtp__medium_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool zero) {
+void *mtp__medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   MTP_ASSERT(size <= MTP_MEDIUM_MAX && !pool->check);
   unsigned pages = pages_for(size);
-  if (m != NULL) {
-    void *b = cache_take(m, size, pages, zero);
-    if (b != NULL) return b;
-  }
   uint64_t dirty = 0;
   mtp__pool_lock(pool);
   MTP_VALIDATE(mtp__region_validate(&pool->rs));
@@ -128,18 +102,14 @@ void *mtp__medium_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool z
     medium_format(s, size);
     pool->medium_allocs++;
   }
-  mtp__pool_unlock(pool);
+  mtp__pool_unlock_quiet(pool); /* a hand-out frees no page */
   if (s == NULL) {
     errno = ENOMEM;
     return NULL;
   }
   char *b = mtp__page_start(s);
-  size_t len = (size_t)pages << MTP_PAGE_SHIFT;
-  mtp__track_unmap(b, len);
-  mtp__track_defined(b, len);
-  if (verify && !freed_fill_ok((const unsigned char *)b)) /* the caller gets the span all the same */
-    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
-  /* The span is ours alone now: clear, outside the lock, only the pages that may hold old bytes
+  hand_out(b, (size_t)pages << MTP_PAGE_SHIFT, verify);
+  /* The block is ours alone now: clear, outside the lock, only the pages that may hold old bytes
    * and only up to the requested size. */
   for (; zero && dirty != 0; dirty &= dirty - 1) {
     size_t at = (size_t)__builtin_ctzll(dirty) << MTP_PAGE_SHIFT;
@@ -148,11 +118,8 @@ void *mtp__medium_alloc(mtpi_pool_t *pool, mtpi_member_t *m, size_t size, bool z
   return b;
 }
 
-/* Checks a free of p, whose head descriptor s was seen as a SPAN, and claims the span for it:
- * MTP_MEDIUM_FREED in thread_free marks the block freed until its pages are formatted again, so
- * that of two frees of one block (even at once, from two threads) exactly one gets it. Returns 0,
- * or the error (*what) with nothing changed. */
-static int free_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, const char **what) {
+/* MTP_MEDIUM_FREED in thread_free marks the block freed until its pages are formatted again. */
+int mtp__medium_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, const char **what) {
   uintptr_t expect = 0;
   if ((char *)p != mtp__page_start(s)) {
     *what = "invalid pointer (not the start of a medium block)";
@@ -171,26 +138,19 @@ static int free_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, const ch
   return 0;
 }
 
-void mtp__medium_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
+void mtp__medium_mark_freed(mtpi_desc_t *s, void *p) {
+  mtp__fill_freed(p);
+  s->block_size = FREED_MARK;
+  mtp__track_poison(p, mtp__medium_usable(s));
+}
+
+bool mtp__medium_free(void *p, size_t size, bool sized) {
   mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   const char *what = NULL;
   int err;
-  /* The freeing thread keeps it, if it allocates from this pool too (m) and the pool caches. */
-  if (m != NULL && pool->purge_delay_ms != 0 && mtp__medium_usable(s) <= pool->thread_cache_bytes) {
-    err = free_claim(s, p, size, sized, &what);
-    if (err) {
-      mtp__error(err, what, p);
-      return;
-    }
-    memset(p, FREED_FILL, FREED_BYTES);
-    s->block_size = FREED_MARK;
-    mtp__track_poison(p, mtp__medium_usable(s));
-    mtp__cache_put_or_release(pool, m, s);
-    return;
-  }
   mtp__pool_lock(pool);
-  /* The caller saw a SPAN without the lock; only under it is the kind stable. */
+  /* The caller saw a MEDIUM descriptor without the lock; only under it is the kind stable. */
   if (s->kind == MTP_PAGE_FREE) {
     err = MTP_ERR_DOUBLE_FREE;
     what = "double free (the medium block's pages are already free)";
@@ -198,21 +158,21 @@ void mtp__medium_free(mtpi_member_t *m, void *p, size_t size, bool sized) {
     err = MTP_ERR_INVALID_POINTER;
     what = "invalid pointer (not the start of a medium block)";
   } else {
-    err = free_claim(s, p, size, sized, &what);
+    err = mtp__medium_claim(s, p, size, sized, &what);
   }
   if (!err) {
     MTP_VALIDATE(mtp__region_validate(&pool->rs));
-    memset(p, FREED_FILL, FREED_BYTES);
     /* kept by the region layer in the FREE descriptor (set first: a pool that purges at once may
      * unmap the region in the release) */
-    s->block_size = FREED_MARK;
+    mtp__medium_mark_freed(s, p);
     mtp__pool_release_locked(pool, s, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
   }
-  mtp__pool_unlock(pool); /* wakes the purger for the pages just freed */
+  bool due = mtp__pool_unlock(pool);
   if (err) mtp__error(err, what, p);
+  return due;
 }
 
-bool mtp__medium_resize(void *p, size_t size) {
+bool mtp__medium_resize(void *p, size_t size, bool *due) {
   MTP_ASSERT(size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX);
   mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
   mtpi_pool_t *pool = mtp__pool_of_page(s);
@@ -227,8 +187,8 @@ bool mtp__medium_resize(void *p, size_t size) {
     /* the freed tail as mtp__pool_release_locked treats freed pages */
     if (pool->purge_delay_ms == 0)
       mtp__u64_add_relaxed(&pool->bytes_returned, mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
-    else if (pool->purge_delay_ms > 0)
-      pool->purge_due = true;
+    else
+      mtp__pool_note_free_pages(pool);
   } else if (want > old) {
     ok = mtp__region_grow_run(&pool->rs, s, want);
   }
@@ -236,12 +196,11 @@ bool mtp__medium_resize(void *p, size_t size) {
     s->block_size = (uint32_t)size;
     s->end = mtp__page_start(s) + ((size_t)s->pages << MTP_PAGE_SHIFT);
   }
-  mtp__pool_unlock(pool);
+  *due = mtp__pool_unlock(pool);
   if (ok && want > old) {
     char *from = (char *)p + ((size_t)old << MTP_PAGE_SHIFT);
     size_t len = (size_t)(want - old) << MTP_PAGE_SHIFT;
-    mtp__track_unmap(from, len);
-    mtp__track_defined(from, len);
+    mtp__track_handout(from, len);
   }
   return ok;
 }

@@ -1,0 +1,129 @@
+/* A heap's cache: empty slabs and freed medium blocks its thread keeps for its next ones, up to
+ * the pool's thread_cache_bytes, newest first (the newest was touched last, and its class is the
+ * one being churned: a slab kept formatted is reused without carving). The owner takes and puts
+ * without the pool lock, under the member's cache lock (pool.h), which trim, the purge pass and
+ * the fork handler also take; the purge releases what waited past the delay. Layer: heap. */
+#include "lists.h"
+
+#include <errno.h>
+
+#include "base/os.h"
+
+mtpi_desc_t *mtp__cache_take_slab(mtpi_member_t *m, unsigned cls, bool *formatted) {
+  unsigned pages = mtp__class_pages[cls];
+  mtp__cache_lock(m);
+  mtpi_node_t *n = m->cache, *other = NULL;
+  for (; n != NULL && mtp__desc_of_node(n)->cls != cls; n = n->next) { /* a medium block's cls
+                                                                           matches no class */
+    mtpi_desc_t *d = mtp__desc_of_node(n);
+    if (other == NULL && d->pages == pages && d->kind == MTP_PAGE_SLAB) other = n;
+  }
+  *formatted = n != NULL;
+  if (n == NULL) n = other;
+  if (n) {
+    mtp__list_remove(&m->cache, n);
+    m->cache_bytes -= (size_t)pages << MTP_PAGE_SHIFT;
+  }
+  mtp__cache_unlock(m);
+  return mtp__desc_of_node(n);
+}
+
+/* A freed medium block of `pages` to `most` pages (the newest of exactly `pages`, else the
+ * shortest), out of the cache, or NULL. */
+static mtpi_desc_t *take_medium(mtpi_member_t *m, unsigned pages, unsigned most) {
+  mtp__cache_lock(m);
+  mtpi_node_t *best = NULL;
+  for (mtpi_node_t *n = m->cache; n != NULL; n = n->next) {
+    mtpi_desc_t *s = mtp__desc_of_node(n);
+    if (s->kind != MTP_PAGE_MEDIUM || s->pages < pages || s->pages > most) continue;
+    if (best == NULL || s->pages < mtp__desc_of_node(best)->pages) best = n;
+    if (s->pages == pages) break; /* the newest that fits exactly */
+  }
+  if (best) {
+    mtp__list_remove(&m->cache, best);
+    m->cache_bytes -= (size_t)mtp__desc_of_node(best)->pages << MTP_PAGE_SHIFT;
+    mtp__desc_of_node(best)->list = MTP_LIST_NONE;
+  }
+  mtp__cache_unlock(m);
+  return mtp__desc_of_node(best);
+}
+
+void *mtp__cache_medium_alloc(mtpi_member_t *m, size_t size, bool zero) {
+  size_t n = (size + MTP_PAGE_SIZE - 1) >> MTP_PAGE_SHIFT;
+  unsigned pages = n ? (unsigned)n : 1;
+  /* up to a quarter more, handed out whole: its pages are resident already, and an exact length
+   * misses often under mixed sizes */
+  mtpi_desc_t *s = take_medium(m, pages, pages + pages / 4);
+  if (s == NULL) return NULL;
+  m->allocs++;
+  return mtp__medium_reuse(s, size, zero);
+}
+
+/* Keep the empty slab or freed medium block s in m's cache if the pool's options allow, else
+ * release it to the pool. Returns whether a purge became due. */
+static bool cache_put(mtpi_pool_t *p, mtpi_member_t *m, mtpi_desc_t *s) {
+  size_t bytes = (size_t)s->pages << MTP_PAGE_SHIFT;
+  uint64_t now = mtp__os_now_ms();
+  s->list = MTP_LIST_HEAP_CACHE;
+  s->free_time_ms = s->kind == MTP_PAGE_MEDIUM ? mtp__run_freed_at(p->purge_delay_ms, now) : now;
+  /* past the bound the oldest go */
+  mtpi_node_t *evicted = NULL;
+  bool cached = p->purge_delay_ms != 0 && bytes <= p->thread_cache_bytes;
+  mtp__cache_lock(m);
+  if (cached) {
+    mtp__list_push(&m->cache, &s->link);
+    m->cache_bytes += bytes;
+    while (m->cache_bytes > p->thread_cache_bytes) {
+      mtpi_node_t *old = mtp__list_last(m->cache);
+      mtp__list_remove(&m->cache, old);
+      m->cache_bytes -= (size_t)mtp__desc_of_node(old)->pages << MTP_PAGE_SHIFT;
+      mtp__list_push(&evicted, old);
+    }
+  }
+  mtp__cache_unlock(m);
+  if (cached && evicted == NULL) return p->purge_delay_ms > 0; /* purged once due */
+  if (!cached) mtp__list_push(&evicted, &s->link);
+  mtp__pool_lock(p);
+  for (mtpi_node_t *n; (n = mtp__list_pop(&evicted)) != NULL;) {
+    mtpi_desc_t *e = mtp__desc_of_node(n);
+    e->list = MTP_LIST_NONE;
+    mtp__pool_release_locked(p, e, e->free_time_ms);
+  }
+  return mtp__pool_unlock(p);
+}
+
+/* The owner freed the medium block p (its head s seen as MEDIUM): kept in m's cache if the pool
+ * caches it, else freed to its region. Returns whether a purge became due. */
+static bool medium_free(mtpi_member_t *m, mtpi_desc_t *s, void *p, size_t size, bool sized) {
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  if (pool->purge_delay_ms == 0 || mtp__medium_usable(s) > pool->thread_cache_bytes)
+    return mtp__medium_free(p, size, sized);
+  const char *what = NULL;
+  int err = mtp__medium_claim(s, p, size, sized, &what);
+  if (err) {
+    mtp__error(err, what, p);
+    return false;
+  }
+  mtp__medium_mark_freed(s, p);
+  return cache_put(pool, m, s);
+}
+
+void mtp__heap_medium_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  /* only a thread that allocates from the pool keeps them: no heap is made for a free */
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  bool mine = h != NULL && mtp__member_pool(&h->m) == pool && !mtp__tl_exited;
+  bool due = mine ? medium_free(&h->m, s, p, size, sized) : mtp__medium_free(p, size, sized);
+  if (due) mtp__purger_wake();
+}
+
+MTP_NOINLINE void mtp__heap_retire_local(mtpi_desc_t *s) {
+  mtpi_heap_t *h = mtp__slab_heap(s);
+  if (h->current[s->cls] == s) return;
+  if (s->list == MTP_LIST_HEAP_PARTIAL) mtp__partial_remove(h, s);
+  /* Cached slabs keep an odd token: a free into one by this thread is a double free. */
+  mtp__store_relaxed(&s->owner, mtp__heap_token(h) | MTP_OWNER_CACHED); /* relaxed: a hint */
+  int e = errno; /* frees leave errno alone (mtpool.h); a release may purge (madvise) */
+  if (cache_put(mtp__pool_of_page(s), &h->m, s)) mtp__purger_wake();
+  errno = e;
+}
