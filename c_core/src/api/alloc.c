@@ -5,13 +5,13 @@
  *     heap = tl_default_heap            (a static empty heap until the thread's first slow path)
  *     slab = heap->current[class]; b = slab->free
  *     b != NULL: slab->free = b->next; used++; allocs++   -> b
- *     else mtp__heap_alloc_slow         (heap.c: collect remote frees, carve, next slab, pool)
+ *     else mtp__heap_alloc_slow         (heap/: reuse list, collect remote frees, carve, next slab, pool)
  *
  *   mtp_free(p)
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
  *     slab = the head of p's page descriptor (itself, or its multi-page slab's first)
  *     slab->owner == this thread and p below the slab's bump pointer? push on slab->free, --used
- *     else mtp__heap_free_other         (heap.c: a slab another thread owns: checks, one CAS
+ *     else mtp__heap_free_other         (heap/slabs.c: a slab another thread owns: checks, one CAS
  *                                       push; else mtp__heap_free_slow: detached slabs, misuse)
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
@@ -100,7 +100,7 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
 }
 
 /* Pages never touched or purged, and a fresh mapping, are zero: no memset faulting in all their
- * pages (span.c, large.c). */
+ * pages (pool/medium.c, pool/large.c). */
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
   if (!p->check) return n <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
@@ -334,7 +334,7 @@ void *mtp_realloc(void *p, size_t size) {
     }
     /* One that becomes medium gets its pages (which realloc grows in place while it can), up to
      * REALLOC_SPAN_MAX: above it, a block that realloc moves is a growing buffer, and a large
-     * block grows by mremap (no copy), where a span's growth that no free pages follow copies it,
+     * block grows by mremap (no copy), where a medium block's growth that no free pages follow copies it,
      * and so does its move to a large block past MTP_MEDIUM_MAX. */
     q = size <= REALLOC_SPAN_MAX ? mtp__heap_medium_alloc(pool, size, false)
                              : mtp__large_alloc_room(pool, size, size / 8);

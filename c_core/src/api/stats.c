@@ -70,7 +70,7 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
     mtpi_member_t *m = MTP_CONTAINER(it, mtpi_member_t, link);
     allocs += heap_allocs(m);
     remote += heap_remote(m);
-    /* blocks threads freed and list for reuse (heap.c: the stand-in, the hot lists): freed,
+    /* blocks threads freed and list for reuse (heap/reuse.c): freed,
      * though their slabs count them as used */
     (void)mtp__heap_listed(m, &p->rs, listed, NULL, 0);
   }

@@ -10,7 +10,7 @@
  * is followed, so the walk stays inside the slab's memory and ends; a block popped or pushed by
  * the owner during the walk may be reported either way. Empty slabs in a heap's cache are skipped
  * (their owner re-formats them without the lock). Blocks a thread freed into its exhausted slabs
- * and lists for reuse (heap.c: the stand-in) are freed though their slabs count them as used: they
+ * and lists for reuse (heap/reuse.c) are freed though their slabs count them as used: they
  * are gathered once under the lock, the same way (mtp__heap_listed checks each link), into pages
  * mapped for the walk; should that map fail, they are reported as live. Layer: api. */
 #include <errno.h>
@@ -39,7 +39,7 @@ MTP_NO_TSAN static void mark_list(const mtpi_desc_t *s, char *start, char *bump,
   }
 }
 
-/* Blocks that threads freed and list for reuse (heap.c: the stand-in, the hot lists), which their
+/* Blocks that threads freed and list for reuse (heap/reuse.c), which their
  * slabs count as used: gathered before the walk (pool lock held), to be marked free with the
  * slab's lists. */
 typedef struct {

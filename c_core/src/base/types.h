@@ -1,16 +1,44 @@
 /* The core's data: every internal type, its invariants, and who may write each field.
  *
+ * Glossary (one term per idea; the code's names follow it):
+ *   region       4 MiB of address space aligned to 4 MiB (mtpi_region_t): a guard page, the header
+ *                with one page descriptor per page, then pages. Found from any address by masking.
+ *   page         the region's 64 KiB unit (MTP_PAGE_SIZE), a whole number of OS pages.
+ *   run          consecutive pages of one region, taken from and given back to it together.
+ *   descriptor   the page descriptor (mtpi_desc_t), out of band in the region header; its kind
+ *                says what its page is: FREE (in no run), SLAB or MEDIUM (the first page of a
+ *                slab or a medium block), TAIL (a later page of a run: head names the first),
+ *                HEADER (the region's own pages). mtp__run_of(p): the first descriptor of p's run.
+ *   slab         a run formatted into blocks of one size class: small blocks, up to 32 KiB.
+ *   medium block a run handed out as one block (32 KiB to MTP_MEDIUM_MAX; pool/medium.c).
+ *   large block  above that: a range of its own mapping, kept in a hash (pool/large.c).
+ *   pool         an independent heap of the process (struct mtp_pool): regions, slabs no thread
+ *                owns, large blocks, options; the default pool serves mtp_alloc and malloc.
+ *   heap         one thread's state in one pool (mtpi_heap_t): the slabs it owns, its reuse lists,
+ *                its cache; as seen by the pool layer, its membership (mtpi_member_t).
+ *   thread record  a thread's heaps (mtpi_thread_t); its address is the thread's owner token.
+ *   shared heap  a heap of no thread in each pool, serving threads' first blocks of a class.
+ *   slab states  owned by a heap: current (allocated from), partial (room, queued), full
+ *                (exhausted, owner word marked), cached (empty, in the heap's cache); detached (no
+ *                owner, blocks in use), listed (detached, on the pool's partial list for
+ *                adoption); pool-empty (empty, kept formatted by the pool); released (its pages
+ *                free in the region).
+ *   reuse list   per heap and class, blocks the thread freed into its own slabs, handed out first.
+ *   remote free  a free by a thread that does not own the block's slab: a CAS onto its list.
+ *   purge        giving a free page's memory back to the OS (madvise) once the purge delay passed.
+ *
  * Layers, bottom up (each file includes and names only its own layer and those below; the order is
  * checked by tools/check_layers.py from c_core/src/layers.txt):
  *   base/    this header, atomics, tool annotations, lists, asserts, size classes, OS, internal
  *            records (meta), options, errors
- *   region/  4 MiB regions of 64 KiB pages, page descriptors, the chunk map, purging
+ *   region/  regions, their page descriptors, the chunk map, free pages and their purge
  *   slab/    one slab's state machine: carving, local and remote free lists, detach, adopt
- *   pool/    pool-wide state: registry, lists of detached slabs, release, empty-slab caches, the
- *            purge thread, fork handlers; large blocks
- *   heap/    per-thread heaps (slow paths, thread exit); checked mode
- *   api/     public entry points and their inline fast paths; statistics
- * A lower layer that has news for an upper one (a slab became empty, pages became free) returns
+ *   pool/    what a pool's threads share: registry, slabs no thread owns, purging, the default
+ *            pool and fork handlers, medium and large blocks
+ *   heap/    everything per thread: thread records, heaps, their slabs, reuse lists and caches,
+ *            the shared heaps; checked mode
+ *   api/     public entry points and their inline fast paths; statistics and the heap walk
+ * A lower layer that has news for an upper one (a slab became empty, a purge became due) returns
  * it; the caller acts. Types are all defined here, in base, so that a layer can name a record it
  * is handed; which layer may WRITE which field is stated at each field.
  *
@@ -76,7 +104,7 @@
 #ifndef MTP_MEDIUM_MAX
 #define MTP_MEDIUM_MAX ((size_t)256 << 10)
 #endif
-/* Shared heaps per pool (heap.c, cold classes): threads on different CPUs take their first blocks
+/* Shared heaps per pool (heap/shared.c, cold classes): threads on different CPUs take their first blocks
  * under different locks. */
 #define MTP_SHARED_HEAPS 4
 #define MTP_DIRECT_MAX 1024  /* class tables: 8-byte steps up to here, then 16-byte steps */
@@ -128,7 +156,7 @@ enum {
 #define MTP_OWNER_CACHED 1 /* empty, in the heap's cache: a free into it is a double free */
 #define MTP_OWNER_FULL 2   /* exhausted, on the heap's full list: a free moves it to partial */
 /* Exhausted slabs a heap keeps owned per size class before it detaches the oldest, at first
- * (mtpi_heap_t.full_limit: heap.c raises it for a thread that frees into slabs it let go). */
+ * (mtpi_heap_t.full_limit: heap/slabs.c raises it for a thread that frees into slabs it let go). */
 #define MTP_FULL_PER_CLASS 2
 
 /* The remote free list word (thread_free): bits 0..47 the list head, bits 48..61 the number of
@@ -167,7 +195,7 @@ enum {
  * reaches mtp__heap_free_slow), cls is MTP_NUM_CLASSES, size_min/size_span make a sized free's
  * class compare fail (UINT32_MAX, 0). thread_free is 0 while the block is handed out and
  * MTP_MEDIUM_FREED once it is freed. A freed run may wait in the freeing thread's cache (list
- * MTP_LIST_HEAP_CACHE, pool.c): that thread alone then writes block_size, list and link, and
+ * MTP_LIST_HEAP_CACHE, heap/cache.c): that thread alone then writes block_size, list and link, and
  * hands the run out again without the pool lock.
  *
  * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
@@ -217,7 +245,7 @@ enum {
  * may be taken back by the heap that detached it without the lock.
  * A slab that held no block any more when its pool got it back (list MTP_LIST_POOL_EMPTY, pool
  * lock) is formatted afresh and owned by no one: owner 0, thread_free OWNED with an empty list,
- * bump at its start, so that every free into it fails the bump check (pool.c: "empty slabs"). */
+ * bump at its start, so that every free into it fails the bump check (pool/slabs.c). */
 typedef struct mtpi_desc {
   /* first cache line: the owner's */
   mtpi_block_t *free;
@@ -227,9 +255,8 @@ typedef struct mtpi_desc {
   uint32_t size_min;     /* smallest request that maps to this class (a sized free checks */
   uint32_t size_span;    /* size - size_min <= size_span in one compare) */
   mtpi_atomic_uptr owner;
-  /* The owner's free of a block above MTP_DIRECT_MAX lists it on heap's hot list of cls (api/
-   * alloc.c): both read there, so both in this line with owner and bump (a churn of 1-32 KiB
-   * blocks, one thread, 11 interleaved runs: 0.0708 -> 0.0698 s). */
+  /* The owner's free of a block above MTP_DIRECT_MAX lists it on heap's reuse list of cls
+   * (api/alloc.c): both read there, so both in this line with owner and bump. */
   mtpi_atomic_uptr heap;
   uint16_t cls;
   /* The descriptor that describes this page's run: for a TAIL its run's first descriptor
@@ -319,7 +346,7 @@ struct mtpi_region {
  * heaps, the empty-slab cache (which trim and the purge thread drain) and the counters. */
 typedef struct mtpi_member {
   mtpi_node_t link;        /* the pool's member list (pool lock) */
-  mtpi_atomic_uptr pool;   /* mtpi_pool_t*, 0 once the pool is destroyed (relaxed: see heap.c) */
+  mtpi_atomic_uptr pool;   /* mtpi_pool_t*, 0 once the pool is destroyed (relaxed: see mtp__member_pool) */
   mtpi_atomic_int cache_lock;
   mtpi_node_t *cache;      /* empty slabs kept for reuse (cache_lock) */
   size_t cache_bytes;      /* (cache_lock) */
@@ -329,7 +356,7 @@ typedef struct mtpi_member {
   /* Classes this heap got a slab of from the pool (pool lock): another request for one of them
    * is growth, which earns pages faulted in ahead (region.h). */
   uint64_t classes_got[(MTP_NUM_CLASSES + 63) / 64];
-  /* The pool's shared heap (heap.c: cold classes; set before it joins): its slabs serve many
+  /* The pool's shared heap (heap/shared.c; set before it joins): its slabs serve many
    * threads a few blocks each, never a thread's growth, so it claims no region and earns no
    * pages faulted in ahead. */
   bool shared;
@@ -345,7 +372,7 @@ struct mtpi_heap {
   mtpi_desc_t *current[MTP_NUM_CLASSES]; /* allocate from here; &mtp__slab_empty when none */
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* owned slabs with free blocks, not current: a queue */
   mtpi_node_t *full[MTP_NUM_CLASSES];    /* owned exhausted slabs (owner marked FULL) */
-  uint8_t full_count[MTP_NUM_CLASSES];   /* not kept once full_limit is unbounded (heap.c) */
+  uint8_t full_count[MTP_NUM_CLASSES];   /* not kept once full_limit is unbounded (heap/slabs.c) */
   uint8_t full_limit[MTP_NUM_CLASSES];   /* full_count's bound: MTP_FULL_PER_CLASS or more */
   mtpi_thread_t *thread;                 /* owner */
   mtpi_member_t m;
@@ -400,8 +427,7 @@ typedef struct mtpi_large {
 
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first
  * large_cached_count entries, in no order): a best-fit or neighbour search reads 32 bytes a range
- * from contiguous lines instead of a list of records, one cache miss each (perf, gp_bench medium
- * at 2 threads: 10.6% of the samples in those walks, 5.2% in the searches after). */
+ * from contiguous lines instead of a list of records, one cache miss each. */
 #define MTP_LARGE_MAX_CACHED 64 /* free ranges a pool keeps (large.c) */
 typedef struct mtpi_large_slot {
   char *map;
@@ -423,7 +449,7 @@ struct mtp_pool {
   /* under lock */
   mtpi_rset_t rs;
   mtpi_node_t *partial[MTP_NUM_CLASSES]; /* detached slabs worth adopting */
-  /* Empty slabs kept formatted for their class until the purge delay passes (pool.c), newest
+  /* Empty slabs kept formatted for their class until the purge delay passes (pool/slabs.c), newest
    * first (taken there), the first listed at the tail (purged from there); empty_bytes: the
    * bytes they run. */
   mtpi_node_t *empty[MTP_NUM_CLASSES];
@@ -443,7 +469,7 @@ struct mtp_pool {
   size_t q_bytes;
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
   mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
-  /* The shared heaps (heap layer, heap.c): the first blocks of a class a thread allocates come
+  /* The shared heaps (heap/shared.c): the first blocks of a class a thread allocates come
    * from one of these, chosen by the CPU the thread runs on, so that a thread that allocates a
    * little does not hold a slab per class. Each one's owner fields (lists, counters, thread: NULL
    * until its first use) are written under its lock, which is taken before the pool lock; its
