@@ -1,10 +1,10 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
  * the page descriptors sit in the first pages; the rest are handed out as runs of 1..16 pages
- * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are tracked in two bitmaps: free, and free but
- * possibly resident (dirty). Dirty pages are purged after the pool's delay; a region whose pages
- * are all free and clean is unmapped. The region's first page is a PROT_NONE guard, so that a
- * mapping just below (a large block) cannot overflow into the header. Everything here runs under
- * the owning pool's lock. Layer: region. */
+ * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are
+ * tracked in two bitmaps: free, and free but possibly resident (dirty). Dirty pages are purged
+ * after the pool's delay; a region whose pages are all free and clean is unmapped. The region's
+ * first page is a PROT_NONE guard, so that a mapping just below (a large block) cannot overflow
+ * into the header. Everything here runs under the owning pool's lock. Layer: region. */
 #include "region.h"
 
 #include <errno.h>
@@ -28,7 +28,7 @@ static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->
 static mtpi_region_t *next_of(mtpi_region_t *r) { return mtp__region_from_node(r->h.link.next); }
 
 /* The region list with its tail kept, so that a region that fills up goes to the back in one
- * step (a walk to the end cost 87% of alloc_slab's time with thousands of threads' regions). */
+ * step, not a walk past thousands of threads' regions (bench/results/notes.md: region.c). */
 static void rlist_remove(mtpi_rset_t *rs, mtpi_region_t *r) {
   if (rs->regions_tail == &r->h.link) rs->regions_tail = r->h.link.prev;
   mtp__list_remove(&rs->regions, &r->h.link);
@@ -269,8 +269,8 @@ static void set_tails(mtpi_desc_t *head, unsigned from, unsigned to) {
  * the run, and as the streak lengthens the free clean pages after it, in with one call rather
  * than one fault per 4 KiB. A run for a class's first slab is no such sign (a program touches
  * dozens of classes once as it starts; carving faults in only what it uses): it neither counts
- * nor populates; nor does one whose blocks may leave OS pages untouched (populate false; counted,
- * such runs lengthened the next small class's window: GNU make's peak RSS grew 0.23 MiB). The
+ * nor populates; nor does one whose blocks may leave OS pages untouched (populate false: counted,
+ * such runs would lengthen the next small class's window; bench/results/notes.md: region.c). The
  * window grows with the streak, one run more per run taken, up to 256 KiB; pages past the run
  * become free-and-dirty, so the next runs come from them, and the purge returns them after the
  * delay should the growth stop. */
@@ -343,11 +343,11 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
   }
   MTP_ASSERT(starts != 0);
   unsigned at = (unsigned)__builtin_ctzll(starts);
-  /* Fresh pages: claim the region, if the heap grows or few regions are claimed yet. Past that,
-   * a heap's first slab of a class claims nothing: a thread that allocates a little takes its
-   * pages beside other such threads' (measured: 3,000 short-lived threads at once held 3,000
-   * regions, and every run walked them all under the pool lock), while a few threads keep a
-   * region each, first slabs included, as before. */
+  /* Fresh pages: claim the region, if the heap grows or few regions are claimed yet. Past that, a
+   * heap's first slab of a class claims nothing: a thread that allocates a little takes its pages
+   * beside other such threads' (else thousands of short-lived threads hold a region each, and every
+   * search walks them all under the pool lock; bench/results/notes.md: region.c), while a few
+   * threads keep a region each, first slabs included. */
   if (hint != NULL && (grow || rs->claimed < MTP_REGION_FREE_CLAIMS) && found != mine &&
       found->h.claim == NULL) {
     mtp__region_unclaim(hint);
