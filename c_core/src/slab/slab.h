@@ -37,10 +37,9 @@ MTP_INLINE mtpi_block_t *mtp__slab_pop(mtpi_desc_t *s) {
   if (MTP_UNLIKELY(b == NULL)) return NULL;
   mtpi_block_t *n = mtp__block_take(b);
   s->free = n;
-  /* The next pop reads n's link first, and the list's order is the frees': n's line is often
-   * cold, or another thread's (a remote free wrote it). Fetched now, its miss overlaps the caller's
-   * use of b (producer/consumer, 2 threads: 0.161 -> 0.153 s, 11 interleaved runs). A NULL n
-   * costs one dropped prefetch per drained list. */
+  /* The next pop reads n's link first, and the list's order is the frees': n's line is often cold,
+   * or another thread's (a remote free wrote it). Fetched now, its miss overlaps the caller's use
+   * of b (bench/results/notes.md: slab.h). A NULL n costs one dropped prefetch per drained list. */
   __builtin_prefetch(n, 1, 3);
   s->used++;
   mtp__track_alloc(b, s->block_size);
@@ -106,7 +105,7 @@ typedef struct {
   uint64_t unmaps;  /* set->unmaps then */
 } mtpi_remote_seen_t;
 /* Any thread: push b onto a slab that the caller does not own; *seen is filled when the result
- * is MTP_REMOTE_NEWS. Inline: it is the whole of the remote free's fast case (heap.c). */
+ * is MTP_REMOTE_NEWS. Inline: it is the whole of the remote free's fast case (heap layer). */
 MTP_INLINE mtpi_remote_t mtp__slab_free_remote(mtpi_desc_t *s, mtpi_block_t *b,
                                                mtpi_remote_seen_t *seen) {
   /* acquire (and the failed CAS's acquire): a word seen without OWNED makes the detaching
