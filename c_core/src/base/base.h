@@ -43,12 +43,10 @@ int mtp__hugepages_mode(void);           /* the environment's, read once */
 
 /* ---- purge timing, from the purge_delay_ms option ----
  * Freed runs of 64 KiB or more (a medium block's pages, a cached large range) are due for the
- * purge a tenth of the pool's purge delay after their free; slab pages the whole delay. Slab pages
- * are what the next thread or class carves (gp_bench thread_churn: 3x the page faults when every
- * page's delay was 30 ms); a run of 64 KiB or more is taken again within the churn loop that freed
- * it or sits idle (slapd, 1 KiB-1 MiB entries, after the modify mix: 40 MiB free and resident,
- * 20 of them cached large ranges, 14 free region pages; RssAnon 1.4x glibc's, 0.9-1.0x with
- * this). */
+ * purge a tenth of the pool's purge delay after their free; slab pages the whole delay. Slab
+ * pages are what the next thread or class carves, so purging them early costs page faults; a run
+ * of 64 KiB or more is taken again soon by the loop that freed it, or sits idle and only holds
+ * memory (bench/results/notes.md: base.h). */
 #define MTP_RUN_DELAY_DIV 10
 /* The free time to stamp on a medium block's pages or a large range freed at now_ms in a pool of
  * that purge delay: the purge, which takes what was freed one delay ago, finds them due a tenth of

@@ -16,8 +16,9 @@
 /* Write the pattern over p's first MTP_FREED_BYTES. */
 static inline void mtp__fill_freed(void *p) { memset(p, MTP_FREED_FILL, MTP_FREED_BYTES); }
 
-/* Scan p's first MTP_FREED_BYTES a word at a time with no early exit (16 loads): returns the OR
- * of each word's difference from the pattern, and *any the OR of the words (0: all zero). */
+/* Scan p's first MTP_FREED_BYTES a word at a time with no early exit (16 loads, not a byte loop:
+ * bench/results/notes.md, fill.h): returns the OR of each word's difference from the pattern,
+ * and *any the OR of the words (0: all zero). */
 static inline uint64_t mtp__fill_scan(const void *p, uint64_t *any) {
   const unsigned char *b = (const unsigned char *)p;
   uint64_t diff = 0, or_all = 0;
