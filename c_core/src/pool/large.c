@@ -21,8 +21,7 @@
  *     grows: it will want the room after it); as is when at most 1/4 larger (the usable size
  *     reported is the whole range, so it stays true), else split: the block takes the head, the
  *     tail stays cached (no system call; its pages stay resident for the next big request). Else
- *     map afresh. (Growing a smaller free range with mremap instead, as before, saved page faults
- *     but no system call: mremap only where it saves a copy, in realloc.)
+ *     map afresh. mremap only where it saves a copy, in realloc.
  *   - realloc grows a block into the free range just after it (same origin) without a system
  *     call; else by mremap, with room for an eighth more (a growing buffer usually grows again).
  *     A block that shrinks by more than a quarter gives its tail to the cache.
@@ -52,11 +51,10 @@
 #define CANARY 0xCA
 #define CHECK_SLACK 16                     /* checked mode: canary bytes after the requested size */
 #define MAX_CACHED MTP_LARGE_MAX_CACHED /* free ranges a pool keeps; bounds the best-fit search */
-/* Bytes a pool may keep whatever it has in use. 64 MiB, not 32 as before issue 17: two threads
- * churning 300 KiB-4 MiB blocks (8 each, every page touched) filled 32 MiB with ranges too small
- * for the next request, so the oldest were unmapped and fresh mappings faulted in: 38,800 minor
- * faults against tcmalloc's 16,000; 16,000 with 64 MiB, peak RSS unchanged. Memory above the
- * live blocks still goes back after a tenth of the purge delay. */
+/* Bytes a pool may keep whatever it has in use: room for a few threads churning blocks of several
+ * MiB to find a range that fits, rather than unmap the oldest and fault fresh mappings in
+ * (bench/results/notes.md: large.c). Memory above the live blocks still goes back after a tenth of
+ * the purge delay. */
 #define CACHE_FLOOR ((size_t)64 << 20)
 #define QUARANTINE_MAX ((size_t)32 << 20) /* checked pools: bytes of freed blocks held back */
 
@@ -204,15 +202,13 @@ static uint64_t origin_count; /* large lock: the last origin handed out (types.h
 
 /* The reserve. A pool that caches carves fresh ranges of up to RESERVE_TAKE_MAX bytes, in address
  * order, from one mapping of RESERVE_BYTES it keeps (pool->large_reserve*, large lock), instead of
- * mapping each: gp_bench medium (32 KiB-1 MiB, 2 threads) made 102 mmap calls a run, 25 with the
- * reserve (mimalloc 22; the loader's are about 20 of each).
- * Carved ranges share the reserve's origin, so free neighbours merge as split ranges do. The rest
- * of the reserve is address space no one has touched (so a range carved from it reads as zero, as
- * calloc needs) and is not in the statistics; trim and destroy unmap it. */
+ * mapping each: far fewer mmap calls (bench/results/notes.md: large.c). Carved ranges share the
+ * reserve's origin, so free neighbours merge as split ranges do. The rest of the reserve is address
+ * space no one has touched (so a range carved from it reads as zero, as calloc needs) and is not in
+ * the statistics; trim and destroy unmap it. */
 #define RESERVE_BYTES ((size_t)64 << 20)
-/* Blocks up to 4 MiB: slapd (1 KiB-1 MiB entries) also keeps a few dozen blocks of several MiB it
- * barely touches; carved with the rest (8 MiB), its RssAnon after the modify mix was 1.04x glibc's
- * against 0.96x; with 1, 2 and 4 MiB within noise of each other (0.97-1.00x). */
+/* Blocks up to 4 MiB are carved; bigger ones, which programs keep few of and may barely touch, are
+ * mapped on their own: carved, they held more memory resident (bench/results/notes.md: large.c). */
 #define RESERVE_TAKE_MAX (RESERVE_BYTES / 16)
 
 /* Large lock held: `size` bytes off the reserve's head (and *origin), or NULL. */
