@@ -159,14 +159,13 @@ MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
    * exhausted ones, anything else otherwise (tokens are aligned). s is the head of b's page d (d
    * itself unless d is a TAIL); b < bump then also says that b lies in s's slab, as a head is
    * never after its TAILs. The class test comes first (block_size is beside owner): a program
-   * keeps to a few sizes, and a churn above 1 KiB frees into current and exhausted slabs about
-   * equally, where an owner test first mispredicted on about half of its frees. */
+   * keeps to a few sizes, while a churn above 1 KiB frees into current and exhausted slabs alike,
+   * so an owner test first mispredicts (bench/results/notes.md: alloc.c). */
   uintptr_t mine = mtp__load_relaxed(&s->owner) ^ (uintptr_t)mtp__tl_thread;
   if (s->block_size > MTP_DIRECT_MAX) {
     if (MTP_LIKELY((mine | MTP_OWNER_FULL) == MTP_OWNER_FULL &&
                    (char *)b < mtp__slab_bump_owner(s))) {
-      /* listed whether s is current or exhausted (a cache of 20,000 blocks of 2,000 bytes
-       * replaced at random: 0.142 -> 0.114 s with the exhausted ones, tcmalloc 0.112) */
+      /* listed whether s is current or exhausted (bench/results/notes.md: alloc.c) */
       if (MTP_LIKELY(!mtp__block_tagged(b))) {
         free_reuse(s, b);
         return;
@@ -190,8 +189,7 @@ MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
 
 /* free_fast gets the head of b's page (mtp__run_head: one load, no branch), so a block in a
  * later page of a multi-page slab (classes above 4 KiB) takes the fast path as one in the first
- * page does; before, the owner compare on the page's own TAIL descriptor (no owner) sent it to
- * mtp__heap_free_other: a branch that mispredicted on about half the frees of the 1-32 KiB churn. */
+ * page does: a TAIL descriptor has no owner to compare (bench/results/notes.md: alloc.c). */
 void mtp_free(void *p) {
   uintptr_t u = (uintptr_t)p;
   if (MTP_UNLIKELY(!mtp__is_region_ptr(u))) {
@@ -290,8 +288,8 @@ mtp_pool_t *mtp_pool_of(const void *p) {
   return mtp__pool_out(pool);
 }
 
-/* Measured with bench/gp (realloc_grow: 4 KiB steps to 8 MiB, 2 threads): 64, 128, 256 KiB and
- * 1 MiB: 0.118, 0.066, 0.133 and 0.162 s (glibc 0.081); at 64 KiB, peak RSS 68 MB against 19. */
+/* Up to this size a block that realloc moves becomes a medium block, above it a large one (why:
+ * at its use in mtp_realloc; the limit's measurements: bench/results/notes.md, alloc.c). */
 #define REALLOC_SPAN_MAX ((size_t)128 << 10)
 
 void *mtp_realloc(void *p, size_t size) {
