@@ -290,7 +290,7 @@ mtp_pool_t *mtp_pool_of(const void *p) {
 
 /* Up to this size a block that realloc moves becomes a medium block, above it a large one (why:
  * at its use in mtp_realloc; the limit's measurements: bench/results/notes.md, alloc.c). */
-#define REALLOC_SPAN_MAX ((size_t)128 << 10)
+#define REALLOC_MEDIUM_MAX ((size_t)128 << 10)
 
 void *mtp_realloc(void *p, size_t size) {
   if (p == NULL) return mtp_alloc(size);
@@ -331,10 +331,10 @@ void *mtp_realloc(void *p, size_t size) {
       if (q != NULL) return q;
     }
     /* One that becomes medium gets its pages (which realloc grows in place while it can), up to
-     * REALLOC_SPAN_MAX: above it, a block that realloc moves is a growing buffer, and a large
+     * REALLOC_MEDIUM_MAX: above it, a block that realloc moves is a growing buffer, and a large
      * block grows by mremap (no copy), where a medium block's growth that no free pages follow copies it,
      * and so does its move to a large block past MTP_MEDIUM_MAX. */
-    q = size <= REALLOC_SPAN_MAX ? mtp__heap_medium_alloc(pool, size, false)
+    q = size <= REALLOC_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false)
                              : mtp__large_alloc_room(pool, size, size / 8);
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);
