@@ -112,14 +112,40 @@ void mtp__heap_validate(mtpi_heap_t *h);
 void mtp__heap_validate_class(mtpi_heap_t *h, unsigned cls); /* one class's lists */
 
 /* ---- shared.c ---- */
-/* Whether h takes its next block of cls from the pool's shared heap (a cold class). */
-bool mtp__shared_cold(const mtpi_heap_t *h, unsigned cls);
+/* Whether h takes its next block of cls from the pool's shared heap (a cold class): up to
+ * COLD_BYTES of a class (COLD_MAX_BLOCKS), COLD_TOTAL blocks in all, while h has no slab of it. */
+#define MTP_COLD_BYTES 16384u    /* per class */
+#define MTP_COLD_MAX_BLOCKS 128u /* per class (the counter is 8 bits) */
+#define MTP_COLD_TOTAL 256u      /* per heap: a thread that allocates more has its own slabs */
+#define MTP_COLD_MAX_SIZE 4096u  /* a larger block fills a page of its own slab anyway */
+static inline bool mtp__shared_cold(const mtpi_heap_t *h, unsigned cls) {
+  if (!h->cold_ok) return false;
+  uint32_t size = mtp__class_size[cls];
+  unsigned limit = size > MTP_COLD_MAX_SIZE ? 0 : MTP_COLD_BYTES / size;
+  if (limit > MTP_COLD_MAX_BLOCKS) limit = MTP_COLD_MAX_BLOCKS;
+  return h->cold_total < MTP_COLD_TOTAL && h->cold[cls] < limit &&
+         h->current[cls] == &mtp__slab_empty && h->partial[cls] == NULL && h->full[cls] == NULL;
+}
 /* A block of cls from the shared heap of the CPU the thread runs on, counted against h. */
 mtpi_block_t *mtp__shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *due);
 /* Trim: the pool's shared heaps give their slabs back to the pool; the second, every pool's. Then
  * mtp__pool_trim and mtp__pool_trim_all purge them. */
 void mtp__heap_shared_trim(mtpi_pool_t *pool);
 void mtp__heap_shared_trim_all(void);
+
+/* ---- profile.c: the sampled heap profiler (MTPOOL_PROFILE; profile.c says how it works) ---- */
+/* Whether profiling is on: set once at start-up, before the program's threads. While on, the
+ * default heap pointer stays at the empty sentinel and every default-pool allocation comes to
+ * mtp__heap_alloc_slow. */
+extern bool mtp__prof_on;
+/* The slow path's first step while profiling, for the default pool: the allocation is counted;
+ * sampled, or served from the thread's reuse list or current slab (*done), else left to the usual
+ * slow path (!*done). */
+void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
+/* A large block's free while profiling: drops p's sample if it is one. */
+void mtp__prof_free(void *p);
+/* Whether p is a live sampled block. */
+bool mtp__prof_holds(const void *p);
 
 /* ---- thread.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);

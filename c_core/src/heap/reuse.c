@@ -29,6 +29,8 @@
  */
 #include "lists.h"
 
+#include <string.h>
+
 #define REUSE_MAX 32                  /* blocks per class */
 #define REUSE_BYTES ((size_t)1 << 20) /* per class: 32 KiB blocks, 32 at most */
 /* so every bound is 2 or more, and a trim keeps a block */
@@ -39,8 +41,16 @@ static uint8_t reuse_max(unsigned cls) {
   return (uint8_t)(n > REUSE_MAX ? REUSE_MAX : n);
 }
 
+/* Every class's bound, computed once (pthread_once allocates nothing). */
+static uint8_t caps[MTP_NUM_CLASSES];
+static pthread_once_t caps_once = PTHREAD_ONCE_INIT;
+static void caps_make(void) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) caps[c] = reuse_max(c);
+}
+
 void mtp__reuse_init(mtpi_heap_t *h) {
-  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) h->reuse_cap[c] = reuse_max(c);
+  pthread_once(&caps_once, caps_make);
+  memcpy(h->reuse_cap, caps, sizeof(caps));
 }
 
 mtpi_block_t *mtp__reuse_take(mtpi_heap_t *h, unsigned cls) {

@@ -1,8 +1,8 @@
 /* The pool's shared heaps: cold classes. A heap's own slab of a class costs at least a page
  * (4 KiB resident) however few of its blocks the thread uses, so a thread that allocates a little
  * from many classes held a page per class. A heap that joined a pool in which another thread
- * allocates already therefore takes its first blocks of a class (up to COLD_BYTES of them,
- * COLD_TOTAL blocks in all) from a shared heap of the pool: an ordinary heap owned by no thread
+ * allocates already therefore takes its first blocks of a class (up to MTP_COLD_BYTES of them,
+ * MTP_COLD_TOTAL blocks in all) from a shared heap of the pool: an ordinary heap owned by no thread
  * (its token, shared_thread, is no thread's record), used under its own lock. Every free of its
  * blocks is remote (one CAS onto the slab's list), which the shared heap collects as any owner
  * does. The pool's first heap (a single-threaded program's) never shares: its own slabs would hold
@@ -14,20 +14,7 @@
 
 #include "base/os.h"
 
-#define COLD_BYTES 16384u    /* per class */
-#define COLD_MAX_BLOCKS 128u /* per class (the counter is 8 bits) */
-#define COLD_TOTAL 256u      /* per heap: a thread that allocates more has its own slabs */
-#define COLD_MAX_SIZE 4096u  /* a larger block fills a page of its own slab anyway */
 static mtpi_thread_t shared_thread; /* only its address is used: the shared heaps' token */
-
-bool mtp__shared_cold(const mtpi_heap_t *h, unsigned cls) {
-  if (!h->cold_ok) return false;
-  uint32_t size = mtp__class_size[cls];
-  unsigned limit = size > COLD_MAX_SIZE ? 0 : COLD_BYTES / size;
-  if (limit > COLD_MAX_BLOCKS) limit = COLD_MAX_BLOCKS;
-  return h->cold_total < COLD_TOTAL && h->cold[cls] < limit &&
-         h->current[cls] == &mtp__slab_empty && h->partial[cls] == NULL && h->full[cls] == NULL;
-}
 
 /* The shared heap of the CPU the thread runs on (a thread moved meanwhile only shares a lock with
  * another CPU's threads). */

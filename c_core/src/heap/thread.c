@@ -90,7 +90,9 @@ static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
   if (others) mtp__purger_eager();
   h->cold_ok = others && !pool->check;
   *slot = h;
-  if (pool->id == 0) mtp__tl_default_heap = h;
+  /* profiling leaves the fast path's pointer at the sentinel: every allocation comes to the slow
+   * path, which counts it (profile.c) */
+  if (pool->id == 0 && !mtp__prof_on) mtp__tl_default_heap = h;
   return h;
 }
 
@@ -125,16 +127,21 @@ void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
 }
 
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
-  if (size <= MTP_DIRECT_MAX) { /* the fast path's miss: the class's reuse list first */
-    mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
-    unsigned cls = mtp__class_direct[(size + 7) >> 3];
-    if (h != NULL && h->reuse[cls] != NULL && mtp__member_pool(&h->m) == pool)
-      return mtp__reuse_pop(h, cls);
+  if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) { /* profile.c */
+    bool done;
+    void *p = mtp__prof_alloc(pool, size, &done);
+    if (done) return p;
   }
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
     return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
-  return mtp__heap_alloc_class(pool, mtp__class_of(size));
+  unsigned cls = mtp__class_lookup(size);
+  if (size <= MTP_DIRECT_MAX) { /* the fast path's miss: the class's reuse list first */
+    mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+    if (h != NULL && h->reuse[cls] != NULL && mtp__member_pool(&h->m) == pool)
+      return mtp__reuse_pop(h, cls);
+  }
+  return mtp__heap_alloc_class(pool, cls);
 }
 
 /* ---- trim, flush, exit ---- */
