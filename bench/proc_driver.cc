@@ -17,7 +17,8 @@
 // seed: the Google Benchmark seed workload (push_back n strings, copy each out, assign each), run
 //   once per thread; wall_s is from before the threads start to after they are joined; cpu_s is the
 //   user + system CPU time of the process over the same span (less sensitive to a busy machine),
-//   minflt its page faults.
+//   minflt its page faults, anon_huge_kb the most AnonHugePages seen (sampled every 10 ms over the
+//   same span and once at its end: bench/tools/smaps.h).
 // footprint / giveback: the threads build (barrier) -> peak sample -> free everything (barrier) ->
 //   after_free sample -> sleep delay-ms -> after_delay sample -> trim where the allocator can
 //   (each thread, then the main thread) -> after_trim sample -> threads exit -> after_exit sample.
@@ -39,6 +40,7 @@
 #include "bench_common.h"
 #include "bench_families.h"
 #include "seed_workload.h"
+#include "tools/smaps.h"
 
 namespace mtpool_bench {
 namespace {
@@ -117,12 +119,15 @@ void run_seed(const options &o) {
   const long n = o.n < 0 ? 1000000 : o.n;
   std::size_t base = rss_bytes();
   usage u0 = process_usage();
+  smaps_sampler thp;
+  smaps_sampler_start(&thp, 0, 0, 10);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < o.threads; ++t) ts.emplace_back([&, t] { seed_job<F>(o.len, n, t, [] {}); });
   for (auto &t : ts) t.join();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   usage u1 = process_usage();
+  const long huge = smaps_sampler_stop(&thp);
   options shown = o;
   shown.n = n;
   header<F>(shown)
@@ -130,6 +135,7 @@ void run_seed(const options &o) {
       .num("wall_s", wall)
       .num("cpu_s", u1.cpu_s - u0.cpu_s)
       .num("minflt", u1.minflt - u0.minflt)
+      .num("anon_huge_kb", static_cast<double>(huge))
       .num("items_per_s", static_cast<double>(n) * o.threads / wall)
       .num("rss_base", static_cast<double>(base))
       .num("rss_end", static_cast<double>(rss_bytes()))

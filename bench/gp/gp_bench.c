@@ -12,7 +12,9 @@
  * run, split among the threads), so the time is the result; it computes a checksum that depends
  * only on the work, never on the allocator or on thread timing, and prints one JSON line: test,
  * threads, scale, label, the malloc actually in use (found by its symbols, so a preload that
- * silently failed shows), wall, user and system seconds, peak RSS, minor faults, checksum.
+ * silently failed shows), wall, user and system seconds, peak RSS, minor faults, checksum, and
+ * anon_huge_kb: the most AnonHugePages seen, sampled every 10 ms over the work and once at its end
+ * (bench/tools/smaps.h says why the peak).
  * Exit 0 on success, 1 when memory runs out or a block's contents were wrong, 2 on bad usage.
  */
 #define _GNU_SOURCE
@@ -30,6 +32,7 @@
 #include <time.h>
 
 #include "../tools/malloc_name.h"
+#include "../tools/smaps.h"
 
 static double g_scale = 1.0;
 static size_t g_lo, g_hi; /* --sizes: 0 = each workload's own */
@@ -297,6 +300,93 @@ static uint64_t t_thread_churn(void) {
     pthread_mutex_unlock(&tc_q[i].mu);
     pthread_join(freer[i], NULL);
     sum += tc_q[i].sum;
+  }
+  return sum;
+}
+
+/* ---- thread_handoff: detached short-lived threads whose blocks two other threads free -------- */
+/* 3,000 detached threads (times the scale), started as fast as the main thread can, each
+ * allocating 200 blocks of 1 B - 3 KiB and one in 50 of 40 KiB and handing each to one of 2
+ * freeing threads as it goes, then exiting. No bound on the threads alive at once: a
+ * thread-per-request server whose requests outlive their threads' allocations. */
+#define TH_BLOCKS 200
+typedef struct th_item {
+  struct th_item *next;
+  unsigned char *blk;
+  size_t len;
+} th_item_t;
+static tc_queue_t th_q[TC_FREERS]; /* head is a th_item_t list here */
+static atomic_long th_live;
+
+static void *th_worker(void *arg) {
+  long idx = (long)(intptr_t)arg;
+  rng_t r;
+  rng_seed(&r, 14, (uint64_t)idx);
+  tc_queue_t *q = &th_q[idx % TC_FREERS];
+  for (int i = 0; i < TH_BLOCKS; i++) {
+    size_t n = rng_next(&r) % 50 ? rng_small(&r, 1, 3072) : 40960;
+    th_item_t *it = xmalloc(sizeof *it);
+    it->len = n;
+    it->blk = xmalloc(n);
+    stamp(it->blk, n, rng_next(&r));
+    pthread_mutex_lock(&q->mu);
+    it->next = (th_item_t *)(void *)q->head;
+    q->head = (tc_batch_t *)(void *)it;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+  }
+  atomic_fetch_sub(&th_live, 1);
+  return NULL;
+}
+
+static void *th_freer(void *arg) {
+  tc_queue_t *q = arg;
+  uint64_t sum = 0;
+  for (;;) {
+    pthread_mutex_lock(&q->mu);
+    while (!q->head && !q->done) pthread_cond_wait(&q->cv, &q->mu);
+    th_item_t *it = (th_item_t *)(void *)q->head;
+    q->head = NULL;
+    pthread_mutex_unlock(&q->mu);
+    if (!it) break;
+    while (it) {
+      th_item_t *next = it->next;
+      sum += unstamp(it->blk, it->len);
+      free(it->blk);
+      free(it);
+      it = next;
+    }
+  }
+  q->sum = sum;
+  return NULL;
+}
+
+static uint64_t t_thread_handoff(void) {
+  long total = scaled(3000);
+  pthread_t freer[TC_FREERS];
+  for (int i = 0; i < TC_FREERS; i++) {
+    pthread_mutex_init(&th_q[i].mu, NULL);
+    pthread_cond_init(&th_q[i].cv, NULL);
+    if (pthread_create(&freer[i], NULL, th_freer, &th_q[i])) die("pthread_create failed");
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  atomic_store(&th_live, total);
+  for (long i = 0; i < total; i++) {
+    pthread_t t;
+    while (pthread_create(&t, &attr, th_worker, (void *)(intptr_t)i) != 0) sched_yield(); /* EAGAIN */
+  }
+  pthread_attr_destroy(&attr);
+  while (atomic_load(&th_live) > 0) sched_yield();
+  uint64_t sum = 0;
+  for (int i = 0; i < TC_FREERS; i++) {
+    pthread_mutex_lock(&th_q[i].mu);
+    th_q[i].done = 1;
+    pthread_cond_signal(&th_q[i].cv);
+    pthread_mutex_unlock(&th_q[i].mu);
+    pthread_join(freer[i], NULL);
+    sum += th_q[i].sum;
   }
   return sum;
 }
@@ -686,6 +776,7 @@ static const struct {
     {"larson", t_larson},
     {"larson_sized", t_larson_sized},
     {"thread_churn", t_thread_churn},
+    {"thread_handoff", t_thread_handoff},
     {"prodcons", t_prodcons},
     {"churn_1k_32k", t_churn_1k_32k},
     {"large", t_large},
@@ -749,9 +840,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *in_use = malloc_by_symbol();
+  struct smaps_sampler thp;
+  smaps_sampler_start(&thp, 0, 0, 10);
   double t0 = now();
   uint64_t sum = fn();
   double wall = now() - t0;
+  char huge[64];
+  smaps_json(huge, sizeof huge, smaps_sampler_stop(&thp));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   char sizes[64] = "", extra[64] = "";
@@ -759,10 +854,10 @@ int main(int argc, char **argv) {
   if (g_sizes_used) snprintf(sizes, sizeof sizes, "\"sizes\": \"%zu:%zu\", ", g_lo, g_hi);
   printf("{\"test\": \"%s\", %s%s\"threads\": %d, \"scale\": %g, \"alloc\": \"%s\", \"malloc\": \"%s\", "
          "\"wall_s\": %.4f, \"user_s\": %.3f, \"sys_s\": %.3f, \"maxrss_kb\": %ld, \"minflt\": %ld, "
-         "\"checksum\": \"%016" PRIx64 "\"}\n",
+         "%s, \"checksum\": \"%016" PRIx64 "\"}\n",
          test, sizes, extra, g_threads, g_scale, label ? label : in_use, in_use, wall,
          (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6, ru.ru_maxrss, ru.ru_minflt,
-         sum);
+         huge, sum);
   return 0;
 }

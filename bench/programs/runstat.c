@@ -1,7 +1,10 @@
 /* Runs a command (argv, no shell) and prints one JSON line per run with what the kernel measured
  * for it and every process it waited for: wall seconds (monotonic clock, fork to reap), user and
  * system CPU seconds, peak RSS (the largest process of the tree, KiB) and minor and major page
- * faults (summed over the tree), from wait4()'s rusage. Used by scripts/bench_programs.sh.
+ * faults (summed over the tree), from wait4()'s rusage; and anon_huge_kb, the most AnonHugePages
+ * of the tree (the child and the processes it started, summed) seen in samples every 10 ms while it
+ * runs (bench/tools/smaps.h: a process cannot be read once it has exited, so the peak of samples).
+ * Used by scripts/bench_programs.sh.
  *
  *   runstat [--preload LIBS] [--in FILE] [--out FILE] [--dir DIR] [--repeat N] -- CMD ARG...
  *
@@ -20,6 +23,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../tools/smaps.h"
 
 static double now(void) {
   struct timespec ts;
@@ -67,9 +72,9 @@ int main(int argc, char **argv) {
 
   double *wall = calloc((size_t)repeat, sizeof *wall), *cpu = calloc((size_t)repeat, sizeof *cpu);
   long *rss = calloc((size_t)repeat, sizeof *rss), *minflt = calloc((size_t)repeat, sizeof *minflt);
-  long *majflt = calloc((size_t)repeat, sizeof *majflt);
+  long *majflt = calloc((size_t)repeat, sizeof *majflt), *huge = calloc((size_t)repeat, sizeof *huge);
   double *user = calloc((size_t)repeat, sizeof *user), *sys = calloc((size_t)repeat, sizeof *sys);
-  if (!wall || !cpu || !rss || !minflt || !majflt || !user || !sys) return 2;
+  if (!wall || !cpu || !rss || !minflt || !majflt || !huge || !user || !sys) return 2;
   int rc = 0;
   for (long r = 0; r < repeat; r++) {
     double t0 = now();
@@ -94,6 +99,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "runstat: %s: %s\n", cmd[0], strerror(errno));
       _exit(127);
     }
+    struct smaps_sampler thp;
+    smaps_sampler_start(&thp, (long)pid, 1, 10);
     int status;
     struct rusage ru;
     while (wait4(pid, &status, 0, &ru) < 0)
@@ -102,6 +109,7 @@ int main(int argc, char **argv) {
         return 2;
       }
     wall[r] = now() - t0;
+    huge[r] = smaps_sampler_stop(&thp);
     user[r] = tv(ru.ru_utime);
     sys[r] = tv(ru.ru_stime);
     cpu[r] = user[r] + sys[r];
@@ -112,9 +120,10 @@ int main(int argc, char **argv) {
     if (code && !rc) rc = code;
   }
   if (repeat == 1) {
+    char hj[64];
     printf("\"wall_s\": %.6f, \"user_s\": %.4f, \"sys_s\": %.4f, \"cpu_s\": %.4f, \"maxrss_kb\": %ld, "
-           "\"minflt\": %ld, \"majflt\": %ld, \"rc\": %d\n",
-           wall[0], user[0], sys[0], cpu[0], rss[0], minflt[0], majflt[0], rc);
+           "\"minflt\": %ld, \"majflt\": %ld, %s, \"rc\": %d\n",
+           wall[0], user[0], sys[0], cpu[0], rss[0], minflt[0], majflt[0], smaps_json(hj, sizeof hj, huge[0]), rc);
   } else {
 #define LIST(name, arr, fmt)                                             \
   do {                                                                   \
@@ -126,6 +135,7 @@ int main(int argc, char **argv) {
     LIST("cpu_s", cpu, "%.4f");
     LIST("maxrss_kb", rss, "%ld");
     LIST("minflt", minflt, "%ld");
+    LIST("anon_huge_kb", huge, "%ld");
     printf("\"rc\": %d\n", rc);
   }
   return rc ? 1 : 0;
