@@ -334,7 +334,7 @@ void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
     pool->quarantine[(pool->q_head + pool->q_count) % MTP_QUARANTINE_SLOTS] = b;
     pool->q_count++;
     pool->q_bytes += s->block_size;
-  } else { /* no record for the ring: straight onto the free list, as before */
+  } else { /* no record for the ring: straight onto the free list */
     mtp__block_set_next((mtpi_block_t *)b, s->free);
     s->free = (mtpi_block_t *)b;
   }

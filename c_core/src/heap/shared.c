@@ -8,7 +8,7 @@
  * does. The pool's first heap (a single-threaded program's) never shares: its own slabs would hold
  * its first blocks as well. A pool has MTP_SHARED_HEAPS of them and a thread takes its CPU's, so
  * that threads starting at once take their first blocks under different locks
- * (bench/results/notes.md: "the shared heaps"). Lock order: a shared heap's lock, then the pool
+ * (bench/results/notes.md: "Design: Cold classes"). Lock order: a shared heap's lock, then the pool
  * lock. Layer: heap. */
 #include "lists.h"
 

@@ -8,8 +8,8 @@
  * whatever class asked first, and carving from its start faulted in only the OS pages that class
  * needed, on top of those earlier classes had left resident: each page in circulation drifted
  * towards whole residency and, reused within the purge delay, was never purged. Taken back by
- * its own class, a slab's resident part is what that class carves (bench/results/notes.md: "empty
- * slabs"). A purge delay of 0 releases at once. */
+ * its own class, a slab's resident part is what that class carves (bench/results/notes.md:
+ * "Design: Empty slabs kept for their class"). A purge delay of 0 releases at once. */
 #include "pool.h"
 
 #include <errno.h>
@@ -161,7 +161,7 @@ mtpi_desc_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
   bool grow = (m->classes_got[cls / 64] & bit) != 0 && !m->shared;
   m->classes_got[cls / 64] |= bit;
   /* Fault-in ahead only where every OS page will hold a block's start: the middle pages of a
-   * bigger block may never be touched (bench/results/notes.md: "fault-in ahead"). */
+   * bigger block may never be touched (bench/results/notes.md: "Design: Faulting in ahead"). */
   bool populate = mtp__class_size[cls] <= mtp__os_page_size();
   s = mtp__region_alloc_slab(&p->rs, mtp__class_pages[cls], m->shared ? NULL : &m->region_hint,
                              grow, populate);
