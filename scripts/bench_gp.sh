@@ -12,6 +12,9 @@
 #   --reps N               repetitions (outermost loop; allocators interleaved inside); 3
 #   --tests "larson tree"  a subset of the workloads (gp_bench --list)
 #   --allocs "glibc mtpool ..."  a subset of the allocators
+#   --peer NAME=/path/lib.so     one more malloc to preload (any number; NAME begins with its
+#                          family, e.g. mimalloc-dev=...); the newest releases that
+#                          scripts/build_peers.sh built are run without it (bench/tools/common.sh)
 #   --scale X              work per process times X (0.25: a quarter of the time)
 #   --timeout S            seconds a process may run (a slower allocator's cell reads "> S s" and
 #                          it is not run again at that test and as many threads or more); 30
@@ -33,8 +36,8 @@ BUILD=${MTPOOL_GP_BUILD:-$ROOT/build-gp}
 GP_PACKAGES="gcc make cmake python3 gnuplot-nox libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
   libtbbmalloc2"
 
-quick=0 build=1 driver="" threads="1 2 4 8" reps=3 tests="" allocs="" scale=1 timeout=30 out=""
-usage() { sed -n '2,27p' "$0" >&2; exit 2; }
+peers="" quick=0 build=1 driver="" threads="1 2 4 8" reps=3 tests="" allocs="" scale=1 timeout=30 out=""
+usage() { sed -n '2,30p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || case $1 in --quick | --no-build) ;; *) usage ;; esac
   case $1 in
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift ;;
     --tests) tests=$2; shift ;;
     --allocs) allocs=$2; shift ;;
+    --peer) add_peer "$2"; peers="$peers ${2%%=*}"; shift ;;
     --scale) scale=$2; shift ;;
     --timeout) timeout=$2; shift ;;
     --out) out=$2; shift ;;
@@ -62,7 +66,8 @@ if [ $quick = 1 ]; then
   : "${allocs:=glibc mtpool}"
   : "${out:=$BUILD/quick}"
 fi
-: "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc}"
+: "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
+for p in $peers; do case " $allocs " in *" $p "*) ;; *) allocs="$allocs $p" ;; esac; done
 : "${out:=$ROOT/bench/results}"
 
 t_start=$(date +%s)
@@ -92,7 +97,7 @@ run_allocs="" skipped=""
 for a in $allocs; do
   lib=$(malloc_lib "$a") || { note "NOTICE: $a not available; skipped"; skipped="$skipped $a"; continue; }
   run_allocs="$run_allocs $a"
-  declare "LIB_$a=$lib"
+  declare "LIB_$(lib_var_name "$a")=$lib"
   [ -n "$lib" ] && note "$a: $lib"
 done
 [ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
@@ -111,7 +116,7 @@ for rep in $(seq 1 "$reps"); do
           echo "{\"test\": \"$t\", \"threads\": $n, \"scale\": $scale, \"alloc\": \"$a\", \"timeout_s\": $timeout, \"skipped\": true}" >>"$raw"
           continue
         fi
-        lib_var="LIB_$a"
+        lib_var="LIB_$(lib_var_name "$a")"
         prc=0
         line=$(LD_PRELOAD=${!lib_var} timeout "$timeout" "$driver" --test "$t" --threads "$n" \
           --scale "$scale" --alloc "$a" 2>"$out/gp.err") || prc=$?
@@ -136,6 +141,7 @@ elapsed=$(( $(date +%s) - t_start ))
 mt_lib=${LIB_mtpool:-}
 python3 "$ROOT/bench/gp/report.py" --in "$raw" --out "$out" --elapsed "$elapsed" \
   --machine "$(machine_line)" --skipped "$skipped" --reps "$reps" --scale "$scale" --timeout "$timeout" \
+  --versions "$(malloc_versions "$run_allocs")" \
   --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" || rc=1
 note "done in ${elapsed} s: $out/gp.md"
 exit $rc

@@ -38,6 +38,9 @@
 #   --reps N               repetitions (outermost loop; allocators interleaved inside, the first
 #                          one rotating); 5
 #   --allocs "glibc mtpool ..."      a subset of the allocators
+#   --peer NAME=/path/lib.so         one more malloc to preload (any number; NAME begins with its
+#                          family, e.g. mimalloc-dev=...); the newest releases that
+#                          scripts/build_peers.sh built are run without it (bench/tools/common.sh)
 #   --programs "python3 sort ..."    a subset of the programs (and "startup")
 #   --startup-runs N       start-ups per allocator and program, in batches of --batch (25)
 #   --out DIR              where programs.md, programs.jsonl and programs.png go
@@ -58,8 +61,8 @@ BUILD=${MTPOOL_PROGRAMS_BUILD:-$ROOT/build-programs}
 unset LD_PRELOAD
 
 ALL_PROGRAMS="python3 perl sort sqlite3 xz g++ git make ruby lua startup"
-quick=0 build=1 reps=5 allocs="" programs="" startup_runs=300 batch=25 out=""
-usage() { sed -n '2,47p' "$0" >&2; exit 2; }
+peers="" quick=0 build=1 reps=5 allocs="" programs="" startup_runs=300 batch=25 out=""
+usage() { sed -n '2,50p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || case $1 in --quick | --no-build) ;; *) usage ;; esac
   case $1 in
@@ -68,6 +71,7 @@ while [ $# -gt 0 ]; do
     --mtpool-lib) export MTPOOL_LIB_mtpool=$2; shift ;;
     --reps) reps=$2; shift ;;
     --allocs) allocs=$2; shift ;;
+    --peer) add_peer "$2"; peers="$peers ${2%%=*}"; shift ;;
     --programs) programs=$2; shift ;;
     --startup-runs) startup_runs=$2; shift ;;
     --batch) batch=$2; shift ;;
@@ -92,7 +96,8 @@ else
   GEN="--lines 600000 --xz-bytes 2000000 --commits 1500 --templates 1 --rows 40000 --jobs 400"
   N_PY=150000 N_PL=150000 N_RB=100000 N_LUA=200000
 fi
-: "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc}"
+: "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
+for p in $peers; do case " $allocs " in *" $p "*) ;; *) allocs="$allocs $p" ;; esac; done
 : "${programs:=$ALL_PROGRAMS}"
 : "${out:=$ROOT/bench/results}"
 for p in $programs; do
@@ -128,7 +133,7 @@ run_allocs="" skipped=""
 for a in $allocs; do
   lib=$(malloc_lib "$a") || { note "NOTICE: $a not available; skipped"; skipped="$skipped $a"; continue; }
   run_allocs="$run_allocs $a"
-  declare "LIB_$a=$lib"
+  declare "LIB_$(lib_var_name "$a")=$lib"
   [ -n "$lib" ] && note "$a: $lib"
 done
 [ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
@@ -191,12 +196,12 @@ program_cmd() {
 # check_log LOG ALLOC: prints the number of processes logged; returns 1 (with a note) unless every
 # one found malloc in the library ALLOC was given, and its symbols named ALLOC.
 check_log() {
-  local log=$1 a=$2 lib_var="LIB_$2" want n bad
+  local log=$1 a=$2 lib_var=LIB_${2//[^A-Za-z0-9_]/_} want n bad
   want=${!lib_var:-$glibc_obj}
   n=$(wc -l <"$log" 2>/dev/null || echo 0)
   echo "$n"
   [ "$n" -gt 0 ] || { note "FAILED: no process logged by which_malloc.so ($a)"; return 1; }
-  bad=$(awk -v w="$want" -v a="$a" '$2 != w || $3 != a' "$log" | head -3)
+  bad=$(awk -v w="$want" -v a="$(malloc_family "$a")" '$2 != w || $3 != a' "$log" | head -3)
   [ -z "$bad" ] || { note "FAILED: not on $a ($want): $bad"; return 1; }
 }
 
@@ -206,7 +211,7 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # one_run PROGRAM ALLOC REP: prepares a clean directory, runs, checks, appends a JSON line.
 one_run() {
-  local p=$1 a=$2 rep=$3 lib_var="LIB_$2" preload line prc=0 procs sum ok=true
+  local p=$1 a=$2 rep=$3 lib_var=LIB_${2//[^A-Za-z0-9_]/_} preload line prc=0 procs sum ok=true
   preload=${!lib_var:-}
   preload=${preload:+$preload:}$WHICH
   rm -rf "$run" && mkdir -p "$run/tmp"
@@ -228,7 +233,7 @@ one_run() {
 
 # startup_batch PROGRAM ALLOC ROUND: BATCH start-ups in a row, one JSON line.
 startup_batch() {
-  local p=$1 a=$2 round=$3 lib_var="LIB_$2" preload line prc=0 procs ok=true ld
+  local p=$1 a=$2 round=$3 lib_var=LIB_${2//[^A-Za-z0-9_]/_} preload line prc=0 procs ok=true ld
   preload=${!lib_var:-}
   preload=${preload:+$preload:}$WHICH
   rm -rf "$run" && mkdir -p "$run/tmp"
@@ -275,6 +280,7 @@ mt_lib=${LIB_mtpool:-}
 python3 "$ROOT/bench/programs/report.py" --in "$raw" --out "$out" --elapsed "$elapsed" \
   --machine "$machine" --skipped "$skipped" --reps "$reps" --size "$size" \
   --inputs "$GEN --python $N_PY --perl $N_PL --ruby $N_RB --lua $N_LUA" \
-  --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" || rc=1
+  --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" \
+  --versions "$(malloc_versions "$run_allocs")" || rc=1
 note "done in ${elapsed} s: $out/programs.md"
 exit $rc

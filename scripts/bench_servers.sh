@@ -8,7 +8,9 @@
 #   bash scripts/bench_servers.sh --quick    CI's smoke run (under a minute once built): small
 #                                            sizes, glibc and mtpool (mimalloc if mtpool's library
 #                                            is missing); writes build-servers/quick/servers.md
-# Options: --allocs "glibc mtpool ..." (subset), --out DIR (where the table, chart and raw lines go).
+# Options: --allocs "glibc mtpool ..." (subset), --out DIR (where the table, chart and raw lines go),
+# --peer NAME=/path/lib.so (one more malloc, any number; NAME begins with its family, e.g.
+# mimalloc-dev=...; the newest releases that scripts/build_peers.sh built are run without it).
 # Environment: MTPOOL_MALLOC_LIB=/path/libmtpool-malloc.so overrides the library found in the
 # build tree (build-servers/, configured and built here), MTPOOL_LIB_<alloc>=/path any allocator's
 # (bench/tools/common.sh, malloc_lib); SRV_REPS, SRV_ENTRIES, SRV_LARGE_ENTRIES, SRV_OBJECTS,
@@ -27,7 +29,7 @@ BUILD=${MTPOOL_SERVERS_BUILD:-$ROOT/build-servers}
 SERVERS_PACKAGES="slapd ldap-utils libldap-dev squid libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
   libtbbmalloc2 gnuplot-nox python3 gcc make cmake"
 
-quick=0
+quick=0 peers=""
 allocs=""
 out=""
 while [ $# -gt 0 ]; do
@@ -35,7 +37,8 @@ while [ $# -gt 0 ]; do
     --quick) quick=1 ;;
     --allocs) allocs=$2; shift ;;
     --out) out=$2; shift ;;
-    *) echo "usage: $0 [--quick] [--allocs \"glibc mtpool ...\"] [--out DIR]" >&2; exit 2 ;;
+    --peer) add_peer "${2:-}"; peers="$peers ${2%%=*}"; shift ;;
+    *) echo "usage: $0 [--quick] [--allocs \"glibc mtpool ...\"] [--out DIR] [--peer NAME=/path/lib.so]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -68,10 +71,10 @@ done
 
 # Which library each allocator preloads (glibc: none), resolved by bench/tools/common.sh.
 mt_lib=$(malloc_lib mtpool) || true
-for a in glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc; do
-  export "SRV_LIB_$a=$(malloc_lib $a || true)"
+for a in glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names); do
+  export "SRV_LIB_$(lib_var_name "$a")=$(malloc_lib "$a" || true)"
 done
-have() { [ "$1" = glibc ] && return 0; local v="SRV_LIB_$1"; [ -n "${!v:-}" ] && [ -e "${!v}" ]; }
+have() { [ "$1" = glibc ] && return 0; local v=SRV_LIB_${1//[^A-Za-z0-9_]/_}; [ -n "${!v:-}" ] && [ -e "${!v}" ]; }
 if [ -n "$mt_lib" ] && [ -e "$mt_lib" ]; then
   note "mtpool: $mt_lib"
 else
@@ -85,12 +88,13 @@ if [ $quick = 1 ]; then
   export SRV_LARGE_ENTRIES=${SRV_LARGE_ENTRIES:-60}
   export SRV_OBJECTS=${SRV_OBJECTS:-5000} SRV_SQUID_VARIANTS=${SRV_SQUID_VARIANTS:-off}
 else
-  : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc}"
+  : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
   : "${out:=$ROOT/bench/results}"
   export SRV_REPS=${SRV_REPS:-3} SRV_ENTRIES=${SRV_ENTRIES:-100000} SRV_SECONDS=${SRV_SECONDS:-3}
   export SRV_OBJECTS=${SRV_OBJECTS:-100000} SRV_SQUID_VARIANTS=${SRV_SQUID_VARIANTS:-"off on chunked"}
   export SRV_SQUID_POOL_ALLOCS=${SRV_SQUID_POOL_ALLOCS:-"glibc mtpool"}
 fi
+for p in $peers; do case " $allocs " in *" $p "*) ;; *) allocs="$allocs $p" ;; esac; done
 run_allocs=""
 for a in $allocs; do
   if have "$a"; then run_allocs="$run_allocs $a"; else note "NOTICE: $a not available; skipped"; fi
@@ -107,6 +111,6 @@ elapsed=$(( $(date +%s) - t_start ))
 python3 "$ROOT/bench/servers/report.py" --in "$raw" --out "$out" --elapsed "$elapsed" \
   --machine "$(machine_line)" --skipped "$(for a in $allocs; do have "$a" || printf '%s ' "$a"; done)" \
   --mtpool-lib "$(have mtpool && echo "$mt_lib (${MTPOOL_MALLOC_LIB:+from MTPOOL_MALLOC_LIB, }$(sha256sum "$mt_lib" | cut -c1-12))")" \
-  --check "$run_allocs" || rc=1
+  --versions "$(malloc_versions "$run_allocs")" --check "$run_allocs" || rc=1
 note "done in ${elapsed} s: $out/servers.md"
 exit $rc

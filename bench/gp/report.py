@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--scale", default="1")
     ap.add_argument("--timeout", type=float, default=0)
     ap.add_argument("--mtpool-lib", default="")
+    ap.add_argument("--versions", default="")
     a = ap.parse_args()
 
     rows = common.read_jsonl(a.inp)
@@ -98,6 +99,8 @@ def main():
     times = defaultdict(list)      # (test, threads, alloc) -> [wall_s]
     capped = set()                 # (test, threads, alloc) that hit the timeout
     rss = defaultdict(list)        # (test, threads, alloc) -> [peak RSS KiB]
+    flt = defaultdict(list)        # (test, threads, alloc) -> [minor faults]
+    huge = defaultdict(list)       # (test, threads, alloc) -> [AnonHugePages KiB, peak]
     cpu = defaultdict(list)        # (test, threads, alloc) -> [user + system s]
     sums = defaultdict(dict)       # (test, threads, scale) -> {alloc: checksum}
     tests, threads, allocs = [], set(), set()
@@ -114,11 +117,13 @@ def main():
             capped.add(key)
             times[key].append(d["timeout_s"])
         else:
-            if d.get("malloc") != al:
+            if d.get("malloc") != al.split("-")[0]:  # a peer named by path: its family
                 errors.append(f"{al} was asked for on {t}, {n} threads, but the process ran on "
                               f"{d.get('malloc')} (preload failed?)")
             times[key].append(d["wall_s"])
             rss[key].append(d["maxrss_kb"])
+            flt[key].append(d.get("minflt"))
+            huge[key].append(common.kb(d.get("anon_huge_kb")))
             cpu[key].append(d["user_s"] + d["sys_s"])
             cs = sums[(t, n, d.get("scale"))]
             if al in cs and cs[al] != d["checksum"]:
@@ -146,7 +151,7 @@ def main():
 
     out = ["# General-purpose workloads", "",
            "Written by `scripts/bench_gp.sh` (bench/gp/gp_bench.c); raw lines in `gp.jsonl`.", ""]
-    out += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
+    out += common.run_notes(a.machine, a.mtpool_lib, a.skipped, a.versions)
     out += [f"Run: {a.reps} repetitions (outermost; allocators interleaved inside), scale {a.scale}, "
             f"threads {' '.join(map(str, threads))}, timeout {a.timeout:g} s per process, "
             f"{a.elapsed // 60} min {a.elapsed % 60} s in all."]
@@ -233,6 +238,16 @@ def main():
         for t in tests:
             v = rss.get((t, nmax, al))
             cells.append(f"{statistics.median(v) / 1024:.1f}" if v else "–")
+        out.append(f"| {LABELS.get(al, al)} | " + " | ".join(cells) + " |")
+    out.append("")
+
+    out += [f"## Minor page faults / AnonHugePages at {nmax} threads (median)", "",
+            "Minor page faults of the process. " + common.HUGE_NOTE, "",
+            "| allocator | " + " | ".join(tests) + " |", "|---|" + "---|" * len(tests)]
+    for al in allocs:
+        cells = [common.faults_huge([x for x in flt.get((t, nmax, al), []) if x is not None],
+                                    huge.get((t, nmax, al), [])) if flt.get((t, nmax, al)) else "–"
+                 for t in tests]
         out.append(f"| {LABELS.get(al, al)} | " + " | ".join(cells) + " |")
     out.append("")
 

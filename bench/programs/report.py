@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--size", default="")
     ap.add_argument("--inputs", default="")
     ap.add_argument("--mtpool-lib", default="")
+    ap.add_argument("--versions", default="")
     a = ap.parse_args()
 
     rows = common.read_jsonl(a.inp)
@@ -83,6 +84,9 @@ def main():
             continue
         for k in ("wall_s", "cpu_s", "maxrss_kb", "minflt"):
             m[(p, al)][k].append(d[k])
+        h = common.kb(d.get("anon_huge_kb"))
+        if h is not None:
+            m[(p, al)]["anon_huge_kb"].append(h)
         sums[p].setdefault(al, set()).add(d["checksum"])
         procs[p][al].add(d["procs"])
     allocs = order(allocs)
@@ -108,14 +112,18 @@ def main():
     out = ["# Real programs under each allocator", "",
            "Written by `scripts/bench_programs.sh` (bench/programs/); raw lines in `programs.jsonl`. "
            "Unmodified Debian programs, each allocator through `LD_PRELOAD` (glibc: none).", ""]
-    out += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
+    out += common.run_notes(a.machine, a.mtpool_lib, a.skipped, a.versions)
     lo = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "–"
     out += [f"Run: {a.reps} repetitions (outermost; the allocators interleaved inside, the first "
             f"rotating), inputs `{a.size}` ({a.inputs}), {a.elapsed // 60} min {a.elapsed % 60} s in all; "
             f"1-minute load average at the start of the runs: {lo}."]
     out += ["", "Wall: fork to reap of the whole process tree; CPU: user + system of the tree; peak "
             "RSS: of its largest process (wait4's ru_maxrss); faults: minor page faults of the tree. "
-            "Every process also had `which_malloc.so` preloaded (the check; glibc runs too).", ""]
+            "Every process also had `which_malloc.so` preloaded (the check; glibc runs too). "
+            "AnonHugePages (per program): the most anonymous memory transparent huge pages backed in "
+            "the process tree at once, sampled every 10 ms from /proc/PID/smaps_rollup while it ran "
+            "(bench/tools/smaps.h: a process cannot be read once it has exited, so the peak of the "
+            "samples; a run shorter than 10 ms has none).", ""]
     have_ref = "glibc" in allocs
     others = [al for al in allocs if al != "glibc"]
 
@@ -160,11 +168,12 @@ def main():
         n = sorted({c for v in procs[p].values() for c in v})
         out += [f"### {p}", "", ABOUT.get(p, "") + f"; {'/'.join(map(str, n))} process"
                 f"{'es' if n != [1] else ''} per run.", "",
-                "| allocator | wall s | CPU s | peak RSS MiB | minor faults |", "|---|---|---|---|---|"]
+                "| allocator | wall s | CPU s | peak RSS MiB | minor faults | AnonHugePages MiB |",
+                "|---|---|---|---|---|---|"]
         for al in allocs:
             w = m.get((p, al), {}).get("wall_s")
             if not w:
-                out.append(f"| {al} | – | – | – | – |")
+                out.append(f"| {al} | – | – | – | – | – |")
                 continue
             sp = common.spread(w)
             if sp > worst[0]:
@@ -173,8 +182,12 @@ def main():
             def cell(k, scale=1.0, f=common.fmt):
                 r = ratio(p, al, k) if have_ref and al != "glibc" else None
                 return f(med(p, al, k) * scale) + (f" ({r:.2f})" if r is not None else "")
+            hv = m.get((p, al), {}).get("anon_huge_kb")
             out.append(f"| {al} | {cell('wall_s')} ±{sp * 50:.0f}% | {cell('cpu_s')} | "
-                       f"{cell('maxrss_kb', 1 / 1024)} | {cell('minflt', 1, lambda v: f'{v:,.0f}')} |")
+                       f"{cell('maxrss_kb', 1 / 1024)} | {cell('minflt', 1, lambda v: f'{v:,.0f}')} | "
+                       f"{statistics.median(hv) / 1024:.0f} |" if hv else
+                       f"| {al} | {cell('wall_s')} ±{sp * 50:.0f}% | {cell('cpu_s')} | "
+                       f"{cell('maxrss_kb', 1 / 1024)} | {cell('minflt', 1, lambda v: f'{v:,.0f}')} | – |")
         out.append("")
     if worst[1]:
         out += [f"Largest spread of a cell's wall times: {worst[0] * 100:.0f}% of its median ({worst[1]}).", ""]

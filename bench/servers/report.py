@@ -74,11 +74,12 @@ def main():
     ap.add_argument("--skipped", default="")
     ap.add_argument("--mtpool-lib", default="", help="the libmtpool-malloc.so measured (for the notes)")
     ap.add_argument("--check", default="", help="allocators that must have every number")
+    ap.add_argument("--versions", default="", help="each allocator's version, one line")
     a = ap.parse_args()
     rows = common.read_jsonl(a.inp)
     os.makedirs(a.out, exist_ok=True)
     md = ["# Reference servers: OpenLDAP slapd and Squid on each allocator", ""]
-    md += common.run_notes(a.machine, a.mtpool_lib, a.skipped)
+    md += common.run_notes(a.machine, a.mtpool_lib, a.skipped, a.versions)
     reps = max((d.get("rep", 0) for d in rows), default=0)
     obj = next((d["objects"] for d in rows if d.get("server") == "squid"), None)
     md += [f"Median of {reps} interleaved repetitions (a fresh server process each); ±N% = half the "
@@ -131,6 +132,28 @@ def main():
             "objects. CPU: squid's utime+stime (/proc/PID/stat, clock ticks) over the fill (every "
             "request a miss, fetched from the C origin server) and over the second pass (every request "
             "a memory hit, checked in X-Cache), per request. Client: 4 keep-alive connections."))
+
+    # minor page faults and AnonHugePages of each server, read at the end of its load
+    fh = defaultdict(lambda: ([], []))
+    for d in rows:
+        if d.get("minflt") is None or d.get("error"):
+            continue
+        srv = d.get("server")
+        where = (f"{d.get('directory', 'small')} directory" if srv == "slapd"
+                 else VARIANTS.get(d.get("variant"), d.get("variant")))
+        f, h = fh[(srv, where, d.get("alloc"))]
+        f.append(d["minflt"])
+        h.append(common.kb(d.get("anon_huge_kb")))
+    if fh:
+        trows = [(f"{LABELS.get(al, al)}: {srv}, {where}", [common.faults_huge(*fh[(srv, where, al)])])
+                 for srv, where, al in sorted(fh, key=lambda k: (k[0], k[1], order(
+                     {x[2] for x in fh}).index(k[2])))]
+        md.append(common.table(
+            "Minor page faults / AnonHugePages of the server", ["minor faults / AnonHugePages"], trows,
+            "Median over the repetitions; both read from /proc/PID/stat and /proc/PID/smaps_rollup at "
+            "the end of the load (slapd: after the mix; Squid: after the second pass), while the server "
+            "still holds its data: faults since it started, and how much of its anonymous memory "
+            "transparent huge pages back then."))
 
     # chart: every figure relative to glibc, turned so that higher is better
     crows, cols = [], ([c[1] for c in SLAPD_COLS if c[0] != "scan_s"] +

@@ -108,6 +108,12 @@ wait_port() {
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; } # utime + stime
 num() { [ -n "$1" ] && echo "$1" || echo null; }
+# minflt_of PID: minor page faults of the process so far; smaps_kb PID FIELD: a line of its
+# /proc/PID/smaps_rollup (AnonHugePages: how much of its memory transparent huge pages back). Read
+# while the server runs, at the end of the load (its data at their largest), as every suite's
+# measurer reads them (bench/tools/smaps.h).
+minflt_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | awk '{print $8}'; }
+smaps_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/smaps_rollup" 2>/dev/null; }
 
 # mapped_ok PID LIB: the preloaded library is in the process's maps (glibc: nothing to check).
 mapped_ok() {
@@ -165,8 +171,8 @@ ldap_load() { local dir=$1; shift; "$SRV_TOOLS/ldap_load" --uri "ldap://127.0.0.
 
 # slapd_run ALLOC REP DIR: one fresh slapd on a fresh copy of directory DIR; one JSON line.
 slapd_run() {
-  local alloc=$1 rep=$2 dir=$3 d=$WORK/slapd lib var
-  var=SRV_LIB_$alloc
+  local alloc=$1 rep=$2 dir=$3 d=$WORK/slapd lib var flt="" huge=""
+  var=SRV_LIB_${alloc//[^A-Za-z0-9_]/_}
   lib=${!var:-}
   rm -rf "$d/db"
   cp -r "$d/db.pristine.$dir" "$d/db"
@@ -192,7 +198,7 @@ slapd_run() {
   [ $ok = 1 ] && { s1=$(ldap_load "$dir" --mode search --threads 1 --seconds "$SRV_SECONDS") || { err="search 1 failed: $s1"; ok=0; }; }
   [ $ok = 1 ] && { s4=$(ldap_load "$dir" --mode search --threads 4 --seconds "$SRV_SECONDS") || { err="search 4 failed: $s4"; ok=0; }; }
   [ $ok = 1 ] && { mix=$(ldap_load "$dir" --mode mix --threads 4 --seconds "$SRV_SECONDS") || { err="mix failed: $mix"; ok=0; }; }
-  [ $ok = 1 ] && rss_end=$(status_kb "$pid" RssAnon)
+  [ $ok = 1 ] && { rss_end=$(status_kb "$pid" RssAnon); flt=$(minflt_of "$pid"); huge=$(smaps_kb "$pid" AnonHugePages); }
   # and once the server has been idle for 1 s: what an allocator that decays keeps
   [ $ok = 1 ] && { sleep 1; rss_later=$(status_kb "$pid" RssAnon); }
   local rss_total
@@ -203,7 +209,7 @@ slapd_run() {
   python3 - "$alloc" "$rep" "$mapped" "$stopped" "$(dir_entries "$dir")" "$(num "$rss_start")" \
     "$(num "$rss_scan")" "$(num "$rss_end")" "$(num "$rss_total")" "$err" \
     "${scan:-null}" "${s1:-null}" "${s4:-null}" "${mix:-null}" "$dir" "$(dir_desc "$dir")" \
-    "$(num "$rss_later")" >>"$JSONL" <<'EOF'
+    "$(num "$rss_later")" "$(num "$flt")" "$(num "$huge")" >>"$JSONL" <<'EOF'
 import json, sys
 a = sys.argv[1:]
 def j(s):
@@ -217,7 +223,7 @@ print(json.dumps({
     "server": "slapd", "alloc": a[0], "rep": int(a[1]), "mapped": a[2] == "true",
     "stopped": a[3] == "true", "entries": int(a[4]), "directory": a[14], "desc": a[15],
     "rss_anon_start_kb": j(a[5]), "rss_anon_scan_kb": j(a[6]), "rss_anon_end_kb": j(a[7]),
-    "rss_anon_idle_kb": j(a[16]),
+    "rss_anon_idle_kb": j(a[16]), "minflt": j(a[17]), "anon_huge_kb": j(a[18]),
     "vm_rss_end_kb": j(a[8]),
     "scan_s": scan.get("seconds") if scan and scan.get("entries", 0) >= int(a[4]) else None,
     "scan_entries": scan.get("entries") if scan else None,
@@ -243,8 +249,8 @@ squid_prepare() {
 
 # squid_run ALLOC VARIANT REP: one fresh squid; fill SRV_OBJECTS, read them all again.
 squid_run() {
-  local alloc=$1 variant=$2 rep=$3 lib var
-  var=SRV_LIB_$alloc
+  local alloc=$1 variant=$2 rep=$3 lib var flt="" huge=""
+  var=SRV_LIB_${alloc//[^A-Za-z0-9_]/_}
   lib=${!var:-}
   local d=$WORK/squid/run
   rm -rf "$d"
@@ -303,13 +309,15 @@ EOF
   if [ $ok = 1 ]; then
     read=$("${load[@]}") || { err="read failed: $read"; ok=0; }
     r2=$(status_kb "$pid" VmRSS); c2=$(cpu_ticks "$pid")
+    flt=$(minflt_of "$pid"); huge=$(smaps_kb "$pid" AnonHugePages)
   fi
   local stopped=false
   stop_pid "$pid" && stopped=true
   forget_pid "$pid"
   python3 - "$alloc" "$variant" "$rep" "$mapped" "$stopped" "$SRV_OBJECTS" "$CLK_TCK" \
     "$(num "$r0")" "$(num "$r1")" "$(num "$r2")" "$(num "$a0")" "$(num "$a1")" \
-    "$(num "$c0")" "$(num "$c1")" "$(num "$c2")" "${fill:-null}" "${read:-null}" "$err" >>"$JSONL" <<'EOF'
+    "$(num "$c0")" "$(num "$c1")" "$(num "$c2")" "${fill:-null}" "${read:-null}" "$err" \
+    "$(num "$flt")" "$(num "$huge")" >>"$JSONL" <<'EOF'
 import json, sys
 a = sys.argv[1:]
 def j(s):
@@ -330,7 +338,7 @@ print(json.dumps({
     "anon_bytes_per_object": (a1 - a0) * 1024 / n if fill_ok and a0 is not None and a1 is not None else None,
     "cpu_us_per_miss": (c1 - c0) * 1e6 / tck / n if fill_ok and c1 is not None else None,
     "cpu_us_per_hit": (c2 - c1) * 1e6 / tck / n if read_ok and c2 is not None else None,
-    "fill": fill, "read": read,
+    "fill": fill, "read": read, "minflt": j(a[18]), "anon_huge_kb": j(a[19]),
     "error": a[17] or (None if fill_ok and read_ok else "not every fill a miss and every read a hit")}))
 EOF
   [ $ok = 1 ] && [ "$stopped" = true ]

@@ -21,7 +21,9 @@ bench_build() {
     { cat "$BUILD/bench-configure.log"; exit 1; }
   grep -i "NOTICE" "$BUILD/bench-configure.log" >&2 || true
   local targets="--target mtpool_proc --target mtpool_proc_cow"
-  grep -q "mtpool_bench is not built" "$BUILD/bench-configure.log" || targets="$targets --target mtpool_bench"
+  # BENCH_NO_GBENCH=1: the process-level drivers only (scripts/bench.sh runs no Google Benchmark)
+  [ -n "${BENCH_NO_GBENCH:-}" ] || grep -q "mtpool_bench is not built" "$BUILD/bench-configure.log" ||
+    targets="$targets --target mtpool_bench"
   cmake --build "$BUILD" -j"$(nproc)" $targets >"$BUILD/bench-build.log" 2>&1 || { tail -50 "$BUILD/bench-build.log"; exit 1; }
   PROC="$BUILD/bench/mtpool_proc"
   PROC_COW="$BUILD/bench/mtpool_proc_cow"
@@ -31,13 +33,14 @@ bench_build() {
 }
 
 # malloc_lib NAME: prints the library that LD_PRELOAD takes to run a program on the malloc NAME
-# (glibc, mtpool, mimalloc, jemalloc, tcmalloc, tbbmalloc); glibc needs none and prints nothing.
+# (glibc, mtpool, mimalloc, jemalloc, tcmalloc, tbbmalloc, or a peer named by path: see
+# peer_libs); glibc needs none and prints nothing.
 # MTPOOL_LIB_<NAME>=/path overrides the search (a machine without apt-get: any copy of the
 # library); for mtpool MTPOOL_MALLOC_LIB too, then libmtpool-malloc.so under $BUILD; the peers
 # are found by soname in the loader's cache (Debian: libmimalloc2.0, libjemalloc2,
 # libtcmalloc-minimal4, libtbbmalloc2). Returns 1 when NAME has no library on this machine.
 malloc_lib() {
-  local var="MTPOOL_LIB_$1" lib="" soname="" ldconfig
+  local var=MTPOOL_LIB_${1//[^A-Za-z0-9_]/_} lib="" soname="" ldconfig
   case $1 in
     glibc) return 0 ;;
     mtpool) lib=${!var:-${MTPOOL_MALLOC_LIB:-}}
@@ -46,7 +49,9 @@ malloc_lib() {
     jemalloc) soname=libjemalloc.so.2 ;;
     tcmalloc) soname=libtcmalloc_minimal.so.4 ;;
     tbbmalloc) soname=libtbbmalloc_proxy.so.2 ;;
-    *) return 1 ;;
+    *) lib=${!var:-}
+      [ -n "$lib" ] || lib=$(peer_libs | awk -v n="$1" '$1 == n {print $2; exit}')
+      [ -n "$lib" ] || return 1 ;;
   esac
   if [ -n "$soname" ]; then
     lib=${!var:-}
@@ -56,18 +61,100 @@ malloc_lib() {
   [ -n "$lib" ] && [ -e "$lib" ] && echo "$lib"
 }
 
+# lib_var_name NAME: NAME as a shell variable's name ends (mimalloc-2.4.1 -> mimalloc_2_4_1).
+lib_var_name() { printf '%s' "${1//[^A-Za-z0-9_]/_}"; }
+
+# Peers named by path, beside Debian's packaged ones: the newest releases that
+# scripts/build_peers.sh builds into MTPOOL_PEERS_DIR (default ~/.cache/mtpool-peers, one directory
+# <name>-<version>/ per peer holding one lib*.so and the file `version`), then any library named by
+# MTPOOL_PEERS="name=/path/lib.so ..." (every script's --peer name=/path adds to it). A peer's name
+# begins with the allocator its symbols name (mimalloc-2.4.1, snmalloc-0.7.5, jemalloc-dev, ...):
+# the suites check each process against it (malloc_family).
+MTPOOL_PEERS_DIR=${MTPOOL_PEERS_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/mtpool-peers}
+
+# peer_libs: prints "name /path/lib.so" for every peer named by path that exists on this machine.
+peer_libs() {
+  local d lib p
+  for d in "$MTPOOL_PEERS_DIR"/*/; do
+    [ -f "${d}version" ] || continue
+    lib=$(find "$d" -maxdepth 1 -name 'lib*.so' \( -type f -o -type l \) 2>/dev/null | sort | head -1)
+    [ -n "$lib" ] && echo "$(basename "$d") $lib"
+  done
+  for p in ${MTPOOL_PEERS:-}; do
+    [ "${p#*=}" != "$p" ] && [ -e "${p#*=}" ] && echo "${p%%=*} ${p#*=}"
+  done
+  return 0
+}
+
+# peer_names: the names of peer_libs, in order, once each.
+peer_names() { peer_libs | awk '!seen[$1]++ {printf "%s ", $1}'; }
+
+# add_peer NAME=/path/lib.so: one more peer for this run (the scripts' --peer).
+add_peer() {
+  case $1 in
+    ?*=?*) [ -e "${1#*=}" ] || { note "--peer $1: no such file"; exit 2; }
+      export MTPOOL_PEERS="${MTPOOL_PEERS:+$MTPOOL_PEERS }$1" ;;
+    *) note "--peer takes NAME=/path/lib.so"; exit 2 ;;
+  esac
+}
+
+# malloc_family NAME: the allocator a process preloaded with NAME finds by its symbols (what
+# bench/tools/malloc_name.h prints): the part of the name before its first '-'.
+malloc_family() { printf '%s' "${1%%-*}"; }
+
+# malloc_version NAME: the version of the library malloc_lib NAME preloads: Debian's package
+# version for the packaged peers, the `version` file that build_peers.sh wrote for the built
+# ones, the path for a library named otherwise.
+malloc_version() {
+  local a=$1 pkg="" lib var=MTPOOL_LIB_${1//[^A-Za-z0-9_]/_} d
+  case $a in
+    glibc) pkg=libc6 ;;
+    mtpool) git -C "$ROOT" describe --always --dirty 2>/dev/null | sed 's/^/this tree, /'; return 0 ;;
+    mimalloc) pkg=libmimalloc2.0 ;;
+    jemalloc) pkg=libjemalloc2 ;;
+    tcmalloc) pkg=libtcmalloc-minimal4 ;;
+    tbbmalloc) pkg=libtbbmalloc2 ;;
+  esac
+  lib=$(malloc_lib "$a") || return 1
+  if [ -n "$pkg" ] && [ -z "${!var:-}" ]; then
+    echo "$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || echo '?') (Debian $pkg)"
+    return 0
+  fi
+  d=$(dirname "$lib")
+  if [ -f "$d/version" ] && [ "$d" = "${MTPOOL_PEERS_DIR%/}/$(basename "$d")" ]; then
+    head -1 "$d/version"
+  else
+    echo "$lib"
+  fi
+}
+
+# malloc_versions "NAME ...": one line, "name version; name version; ...", for the reports.
+malloc_versions() {
+  local a out=""
+  for a in $1; do out="${out:+$out; }$a $(malloc_version "$a" || echo '?')"; done
+  printf '%s' "$out"
+}
+
 # Allocators to run: every family built into the driver, then the malloc replacements.
+# Peers named by path (peer_libs) last; MTPOOL_BENCH_ALLOCS="mtpool std mimalloc-2.4.1 ..." picks
+# a subset.
 bench_allocators() {
+  if [ -n "${MTPOOL_BENCH_ALLOCS:-}" ]; then
+    echo "$MTPOOL_BENCH_ALLOCS" | tr ' ' '\n' | grep .
+    return 0
+  fi
   "$PROC" --list 2>/dev/null | cut -f1
-  echo tcmalloc jemalloc mimalloc | tr ' ' '\n'
+  echo tcmalloc jemalloc mimalloc $(peer_names) | tr ' ' '\n'
 }
 
 # run_proc OUT TIMEOUT DRIVER ALLOC ARGS...: one process, one JSON line appended to OUT.
-# Returns 3 on timeout, 4 if the allocator is missing.
+# A peer named by path (peer_libs) runs std::allocator with its library preloaded; its line gets
+# "peer": NAME (the driver itself only sees the allocator's family). Returns 3 on timeout, 4 if the
+# allocator is missing.
 run_proc() {
   local out=$1 timeout=$2 driver=$3 alloc=$4
   shift 4
-  local preload="" key=$alloc
+  local preload="" key=$alloc peer=""
   case $alloc in
     tcmalloc | jemalloc | mimalloc)
       preload=${!alloc}
@@ -77,10 +164,16 @@ run_proc() {
         return 4
       fi
       ;;
+    *)
+      if [[ " $(peer_names) " = *" $alloc "* ]]; then
+        preload=$(malloc_lib "$alloc") key=std peer=$alloc
+      fi
+      ;;
   esac
   local line rc
   line=$(LD_PRELOAD=$preload "$driver" --alloc "$key" --timeout "$timeout" "$@" 2>/dev/null)
   rc=$?
+  [ -n "$line" ] && [ -n "$peer" ] && line="${line%\}}, \"peer\": \"$peer\"}"
   [ -n "$line" ] && echo "$line" >>"$out"
   return $rc
 }
@@ -126,6 +219,8 @@ machine_line() {
   mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)
   kernel=$(uname -r)
   local rev
-  rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
-  echo "$cpu, $cores cores, $mem RAM, Linux $kernel, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version 2>/dev/null | head -1), mtpool tree $rev, $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  rev=${MTPOOL_TREE_REV:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}
+  local thp
+  thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)
+  echo "$cpu, $cores cores, $mem RAM, Linux $kernel${thp:+ (transparent huge pages: $thp)}, $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version 2>/dev/null | head -1), mtpool tree $rev, $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }

@@ -42,7 +42,10 @@ REF = "mtpool"
 
 
 def who(d):
-    """Row key of a result: the family, or the preloaded malloc for std::allocator runs."""
+    """Row key of a result: the family, or the preloaded malloc for std::allocator runs (a peer
+    named by path: its name, e.g. mimalloc-2.4.1)."""
+    if d.get("peer"):
+        return d["peer"]
     a = d.get("alloc", "?")
     m = d.get("malloc", "glibc")
     if a in ("std", "tcmalloc", "jemalloc", "mimalloc") and m != "glibc":
@@ -106,9 +109,10 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def run_notes(machine, mtpool_lib, skipped):
+def run_notes(machine, mtpool_lib, skipped, versions=""):
     """The lines a preload suite's results carry about the run: machine, the libmtpool-malloc.so
-    measured, the allocators skipped (each a paragraph; none for an empty value)."""
+    measured, the allocators skipped, each allocator's version (each a paragraph; none for an
+    empty value)."""
     out = []
     if machine:
         out += [f"Machine: {machine.rstrip('.')}.", ""]
@@ -116,7 +120,27 @@ def run_notes(machine, mtpool_lib, skipped):
         out += [f"mtpool: `{mtpool_lib}`.", ""]
     if skipped.strip():
         out += [f"Not available here, skipped: {skipped.strip()}.", ""]
+    if versions.strip():
+        out += [f"Versions: {versions.strip()}.", ""]
     return out
+
+
+def kb(v):
+    """A kB figure of a JSON line (anon_huge_kb), None when absent or unreadable (negative)."""
+    return v if isinstance(v, (int, float)) and v >= 0 else None
+
+
+def faults_huge(faults, huge_kb):
+    """One cell: median minor faults / median AnonHugePages in MiB ("–" for what is missing)."""
+    f = f"{statistics.median(faults):,.0f}" if faults else "–"
+    h = [x for x in huge_kb if x is not None]
+    return f"{f} / {statistics.median(h) / 1024:.0f} MiB" if h else f"{f} / –"
+
+
+HUGE_NOTE = ("AnonHugePages: the most anonymous memory transparent huge pages backed, from "
+             "/proc/PID/smaps_rollup sampled every 10 ms while the process ran and once at the end "
+             "of its work (bench/tools/smaps.h: the peak, since a process cannot be read once it has "
+             "exited and an allocator may have given memory back by then).")
 
 
 def spread(vals):
@@ -280,6 +304,26 @@ def seed_report(rows, outdir, png, metric="wall_s", agg="median"):
         chart(os.path.join(outdir, "seed.png"), "Seed workload, 4 threads x 1,000,000 strings (lower is better)",
               "wall seconds", cols, crows)
     return md, med
+
+
+def seed_faults_report(rows):
+    """Minor page faults and AnonHugePages of the seed runs: median per allocator and variant."""
+    faults, huge = defaultdict(list), defaultdict(list)
+    for d in rows:
+        if d.get("missing") or d.get("timeout") or "minflt" not in d:
+            continue
+        col = (d.get("abi"), int(d.get("len", 0)))
+        faults[(who(d), col)].append(d["minflt"])
+        huge[(who(d), col)].append(kb(d.get("anon_huge_kb")))
+    if not faults:
+        return ""
+    trows = []
+    for k in ordered_keys({k for k, _ in faults}):
+        trows.append((LABELS.get(k, k), [faults_huge(faults.get((k, (abi, ln)), []), huge.get((k, (abi, ln)), []))
+                                         for abi, ln, _ in SEED_COLS]))
+    return table("Seed workload: minor page faults / AnonHugePages", [c[2] for c in SEED_COLS], trows,
+                 "Median over the same runs: minor page faults of the process over the timed span. " +
+                 HUGE_NOTE)
 
 
 def phase_rows(rows, with_bpe):
@@ -593,6 +637,7 @@ def main():
     ap.add_argument("--gbench", nargs="*", default=[])
     ap.add_argument("--pairs-ir")
     ap.add_argument("--machine", default="")
+    ap.add_argument("--versions", default="", help="each allocator's version, one line")
     ap.add_argument("--out", required=True, help="directory for the .md and .png files")
     ap.add_argument("--png", action="store_true")
     ap.add_argument("--name", default="results.md")
@@ -602,6 +647,8 @@ def main():
     md = []
     if a.machine:
         md.append(f"Machine: {a.machine}\n")
+    if a.versions:
+        md.append(f"Versions: {a.versions}\n")
     seed_rows = read_jsonl(a.seed)
     foot_rows = read_jsonl(a.footprint)
     give_rows = read_jsonl(a.giveback)
@@ -612,6 +659,9 @@ def main():
         s, seed_min = seed_report(seed_rows, a.out, False, "wall_s", "min")
         md.append(s)
         s, _ = seed_report(seed_rows, a.out, False, "cpu_s")
+        if s:
+            md.append(s)
+        s = seed_faults_report(seed_rows)
         if s:
             md.append(s)
     if foot_rows:
