@@ -14,7 +14,8 @@
 #                              scripts/build_peers.sh are run without it (bench/tools/common.sh)
 #   --allocs "mtpool std mimalloc-2.4.1 ..."   a subset (MTPOOL_BENCH_ALLOCS)
 #   --seed-only                no footprint workload
-#   --out DIR                  where seed.md and the charts go (default bench/results)
+#   --out DIR                  where seed.md and the charts go (default bench/results), and
+#                              with it the raw lines (seed.jsonl, footprint.jsonl)
 # Results: bench/results/seed.md (tables: time, CPU time, minor page faults and AnonHugePages,
 # each allocator's version), bench/results/seed.png, bench/results/footprint.png; raw JSON lines
 # in bench/results/raw/ (not committed).
@@ -26,14 +27,14 @@ RESULTS=$ROOT/bench/results
 RAW=$ROOT/bench/results/raw
 # shellcheck source=../bench/tools/common.sh
 . "$ROOT/bench/tools/common.sh"
-seed_only=0
+seed_only=0 out_given=0
 while [ $# -gt 0 ]; do
   case $1 in
     --peer) add_peer "${2:-}"; shift ;;
     --allocs) export MTPOOL_BENCH_ALLOCS=${2:-}; shift ;;
     --seed-only) seed_only=1 ;;
-    --out) RESULTS=${2:-}; shift ;;
-    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+    --out) RESULTS=${2:-} out_given=1; shift ;;
+    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -60,4 +61,8 @@ versions=$(malloc_versions "$(for a in $(bench_allocators); do
 
 python3 "$ROOT/bench/tools/report.py" --seed "$SEED" --footprint "$FOOT" --png \
   --machine "$machine" --versions "$versions" --out "$RESULTS" --name seed.md
+if [ $out_given = 1 ]; then
+  cp "$SEED" "$RESULTS/seed.jsonl"
+  [ -f "$FOOT" ] && cp "$FOOT" "$RESULTS/footprint.jsonl"
+fi
 note "tables: $RESULTS/seed.md; raw: $SEED $FOOT"
