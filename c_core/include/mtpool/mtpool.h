@@ -245,6 +245,11 @@ MTP_API int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) MTP_NOEXCEPT;
  * the limits were applied; out->name points to the pool's name. Returns 0, or EINVAL (out NULL). */
 MTP_API int mtp_pool_options(mtp_pool_t *pool, mtp_options_t *out) MTP_NOEXCEPT;
 
+/* Write the heap profile (gperftools' heap_v2 format, for pprof) to path, "%p" there replaced by the
+ * process id (NULL: the MTPOOL_PROFILE path). Thread-safe; does not allocate. Returns 0, or -1 with
+ * errno (ENOTSUP when profiling is off: MTPOOL_PROFILE unset; open's or write's errno). */
+MTP_API int mtp_profile_dump(const char *path) MTP_NOEXCEPT;
+
 /* ------------------------------------------------------------------------------------------------
  * Heap walk
  * ----------------------------------------------------------------------------------------------*/

@@ -103,7 +103,8 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
  * pages (pool/medium.c, pool/large.c). */
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
-  if (!p->check) return n <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
+  /* profiling: through the slow path, which counts it (heap/profile.c) */
+  if (!p->check && !(mtp__prof_on && p->id == 0)) return n <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
   void *b = mtp_pool_alloc(pool, n);
   if (b != NULL) memset(b, 0, n);
   return b;
@@ -128,6 +129,7 @@ void *mtp_calloc(size_t count, size_t size) { return mtp_pool_calloc(NULL, count
 static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
   if (p == NULL) return;
   int e = errno; /* frees leave errno alone (mtpool.h); munmap or the purge thread may set it */
+  if (MTP_UNLIKELY(mtp__prof_on)) mtp__prof_free(p); /* a sampled block is a large one */
   int r = mtp__large_free(p, size, sized);
   if (r == MTP_LARGE_NOT)
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
@@ -292,8 +294,23 @@ mtp_pool_t *mtp_pool_of(const void *p) {
  * at its use in mtp_realloc; the limit's measurements: bench/results/notes.md, alloc.c). */
 #define REALLOC_MEDIUM_MAX ((size_t)128 << 10)
 
+/* A sampled block (heap/profile.c) is not resized in place: it moves, so that its sample goes with
+ * the free and the new block is counted as an allocation. */
+static MTP_NOINLINE void *realloc_sampled(void *p, size_t size) {
+  size_t old = 0;
+  mtpi_pool_t *pool = NULL;
+  mtpi_desc_t *s;
+  if (!lookup(p, &old, &pool, &s)) return NULL; /* a sampled block is a live large block */
+  void *q = mtp__heap_alloc_slow(pool, size);
+  if (q == NULL) return NULL;
+  memcpy(q, p, size < old ? size : old);
+  mtp_free(p);
+  return q;
+}
+
 void *mtp_realloc(void *p, size_t size) {
   if (p == NULL) return mtp_alloc(size);
+  if (MTP_UNLIKELY(mtp__prof_on) && mtp__prof_holds(p)) return realloc_sampled(p, size);
   /* A large block that stays large is resized in its mapping (mremap: no copy), with an eighth
    * more room when it grows, as a growing buffer usually grows again: most calls of a growing
    * buffer end here, in one pass under the large lock (which also tells that p is one; a checked
