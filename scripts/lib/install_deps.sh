@@ -5,7 +5,8 @@
 # Everything scripts/test.sh builds and runs (every CI stage).
 MTPOOL_TEST_PACKAGES="cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev libbenchmark-dev
   valgrind pkg-config bc python3 universal-ctags gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
-  qemu-user dpkg-dev file man-db perl sqlite3 xz-utils git libpython3.11-testsuite"
+  qemu-user dpkg-dev file man-db perl sqlite3 xz-utils git libpython3.11-testsuite
+  google-perftools"
 # The benchmark suite and the peers it compares with (a missing peer is skipped).
 MTPOOL_BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4
   libjemalloc2 libmimalloc2.0 gnuplot-nox python3"
