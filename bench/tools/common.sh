@@ -109,7 +109,8 @@ malloc_version() {
   local a=$1 pkg="" lib var=MTPOOL_LIB_${1//[^A-Za-z0-9_]/_} d
   case $a in
     glibc) pkg=libc6 ;;
-    mtpool) git -C "$ROOT" describe --always --dirty 2>/dev/null | sed 's/^/this tree, /'; return 0 ;;
+    mtpool) echo "this tree, ${MTPOOL_TREE_REV:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}"
+      return 0 ;;
     mimalloc) pkg=libmimalloc2.0 ;;
     jemalloc) pkg=libjemalloc2 ;;
     tcmalloc) pkg=libtcmalloc-minimal4 ;;
