@@ -71,8 +71,8 @@ int run() {
   std::shared_ptr<Line> sp = std::allocate_shared<Line>(mtpool::allocator<Line>());
   CHECK(reinterpret_cast<std::size_t>(sp.get()) % 64 == 0);
 
-#if __cplusplus >= 201703L
-  // pmr.
+#if MTPOOL_HAS_MEMORY_RESOURCE
+  // pmr (C++17, where the standard library has it: not libc++ 14 or 15).
   mtpool::memory_resource res(p);
   std::pmr::vector<std::pmr::string> pm(&res);
   pm.emplace_back(100, 'x');

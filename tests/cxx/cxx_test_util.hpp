@@ -21,8 +21,11 @@ inline std::size_t blocks_in_use(mtp_pool_t *pool = nullptr) {
 // The pool of the block that contains p. mtp_pool_of answers for block starts only (NULL for an
 // interior pointer), and a container node's element usually sits after the node's links, so
 // look back from p in steps of 8 bytes (blocks start on multiples of 8) to the block's start.
+// The element need not be 8-aligned itself (libc++'s map node puts a pair<const int, int> at
+// offset 28, after three links and a bool): start from p rounded down to a multiple of 8.
 inline mtp_pool_t *pool_containing(const void *p) {
   const unsigned char *b = static_cast<const unsigned char *>(p);
+  b -= reinterpret_cast<std::uintptr_t>(b) % 8;
   for (std::size_t back = 0; back <= 256; back += 8) {
     mtp_pool_t *pool = mtp_pool_of(b - back);
     if (pool != nullptr) return pool;

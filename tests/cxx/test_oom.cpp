@@ -8,8 +8,8 @@
 //     the OS refuses memory; the child's exit status carries the verdict (not under sanitizers,
 //     whose runtime needs its own reservations).
 #include <mtpool/containers.hpp>
-#if __cplusplus >= 201703L
-#include <mtpool/memory_resource.hpp>
+#include <mtpool/mtpool.hpp>  // MTPOOL_HAS_MEMORY_RESOURCE: C++17 and a library with std::pmr
+#if MTPOOL_HAS_MEMORY_RESOURCE
 #include <memory_resource>
 #endif
 
@@ -210,7 +210,7 @@ TEST(OutOfMemoryTest, BadAllocWhenTheOsRefusesMemory) {
 // variable; a core bug, reported).
 #ifdef MTP_TEST_OS_INJECT
 TEST(OutOfMemoryTest, InjectedMmapFailures) {
-#if __cplusplus >= 201703L
+#if MTPOOL_HAS_MEMORY_RESOURCE
   int pmr_thrown = 0;
 #endif
   mtp_free(mtp_alloc(1));  // the default pool exists before injection (see the C test)
@@ -244,7 +244,7 @@ TEST(OutOfMemoryTest, InjectedMmapFailures) {
       } catch (const std::bad_alloc &) {
         thrown++;
       }
-#if __cplusplus >= 201703L
+#if MTPOOL_HAS_MEMORY_RESOURCE
       try {
         mtpool::memory_resource r;
         std::pmr::vector<std::uint32_t> pv(&r);
@@ -269,7 +269,7 @@ TEST(OutOfMemoryTest, InjectedMmapFailures) {
     mtp_pool_trim(nullptr);
   }
   EXPECT_GT(thrown, 0) << "injection never made an allocation throw";
-#if __cplusplus >= 201703L
+#if MTPOOL_HAS_MEMORY_RESOURCE
   EXPECT_GT(pmr_thrown, 0) << "the pmr resource never threw under injection";
 #endif
   std::printf("C++ injection: %d std::bad_alloc thrown and caught, no leak, no crash\n", thrown);

@@ -75,13 +75,15 @@ using unordered_multiset = std::unordered_multiset<Key, Hash, KeyEqual, allocato
 namespace detail {
 
 // Hash of a character sequence, equal to std::hash of the std::basic_string with the same
-// characters where the library allows (C++17 string_view, or libstdc++'s own hash).
+// characters where the library allows (C++17 string_view, or libstdc++'s or libc++'s own hash).
 template <class CharT>
 inline std::size_t hash_chars(const CharT *s, std::size_t n) noexcept {
 #if __cplusplus >= 201703L
   return std::hash<std::basic_string_view<CharT>>()(std::basic_string_view<CharT>(s, n));
 #elif defined(__GLIBCXX__)
   return std::_Hash_impl::hash(s, n * sizeof(CharT));
+#elif defined(_LIBCPP_VERSION)
+  return std::__do_string_hash(s, s + n);  // what libc++'s hash<basic_string> calls
 #else
   // FNV-1a over the bytes.
   const unsigned char *b = reinterpret_cast<const unsigned char *>(s);

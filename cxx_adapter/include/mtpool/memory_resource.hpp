@@ -21,6 +21,14 @@
 #if __cplusplus < 201703L
 #error "<mtpool/memory_resource.hpp> needs C++17 (std::pmr); use <mtpool/allocator.hpp> before"
 #endif
+// C++17 is not enough: the standard library must ship <memory_resource> (libstdc++ 9 and later,
+// libc++ 16 and later; libc++ 14 and 15 have none). <mtpool/mtpool.hpp> includes this header only
+// where it can, and says which through MTPOOL_HAS_MEMORY_RESOURCE.
+#if defined(__has_include)
+#if !__has_include(<memory_resource>)
+#error "<mtpool/memory_resource.hpp>: this C++ standard library has no <memory_resource> (libc++ before 16): use <mtpool/allocator.hpp>, or libc++ 16 or later"
+#endif
+#endif
 
 #include <mtpool/allocator.hpp>
 
