@@ -1,6 +1,8 @@
 // The 20 replaceable C++ allocation functions of the drop-in malloc, over mtpool's default pool.
 // new: retries through the new-handler, then throws std::bad_alloc (nothrow forms: nullptr).
 // Sized delete goes to mtp_free_sized, which checks the size against the block's class.
+// Checked mode (MTPOOL_CHECK) records in each small block whether new, new[] or malloc made it and
+// reports a delete of the other form, or a free of a new block (heap/checked.c).
 //
 // The library does not link the C++ runtime: a C program that preloads it would load and
 // relocate libstdc++ (about 1 MiB resident, a share of its start-up time) for nothing. Only the
@@ -19,7 +21,32 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+// The core's checked mode (heap/heap.h), inside this library.
+extern "C" {
+extern bool mtp__checked_forms;
+void mtp__checked_set_form(void *p, unsigned form);
+bool mtp__checked_delete(void *p, std::size_t size, bool sized, unsigned form);
+}
+
 namespace {
+
+enum : unsigned { kFormNew = 1, kFormNewArray = 2 };  // MTP_FORM_* (heap/heap.h)
+
+inline bool forms_on() { return __builtin_expect(__atomic_load_n(&mtp__checked_forms, __ATOMIC_RELAXED), 0); }
+
+// A new block: its form recorded when the default pool is checked.
+inline void *formed(void *p, bool array) {
+  if (forms_on() && p != nullptr) mtp__checked_set_form(p, array ? kFormNewArray : kFormNew);
+  return p;
+}
+inline void del(void *p, bool array) {
+  if (forms_on() && mtp__checked_delete(p, 0, false, array ? kFormNewArray : kFormNew)) return;
+  mtp_free(p);
+}
+inline void del_sized(void *p, std::size_t n, bool array) {
+  if (forms_on() && mtp__checked_delete(p, n, true, array ? kFormNewArray : kFormNew)) return;
+  mtp_free_sized(p, n);
+}
 
 using handler_getter = std::new_handler (*)() noexcept;
 using thrower = void (*)();
@@ -86,40 +113,44 @@ inline void *new_aligned_nothrow(std::size_t n, std::align_val_t a, bool array) 
 
 }  // namespace
 
-EXPORT void *operator new(std::size_t n) { return new_plain(n); }
-EXPORT void *operator new[](std::size_t n) { return new_plain(n); }
+EXPORT void *operator new(std::size_t n) { return formed(new_plain(n), false); }
+EXPORT void *operator new[](std::size_t n) { return formed(new_plain(n), true); }
 EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept {
-  return new_nothrow(n, false);
+  return formed(new_nothrow(n, false), false);
 }
 EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept {
-  return new_nothrow(n, true);
+  return formed(new_nothrow(n, true), true);
 }
-EXPORT void *operator new(std::size_t n, std::align_val_t a) { return new_aligned(n, a); }
-EXPORT void *operator new[](std::size_t n, std::align_val_t a) { return new_aligned(n, a); }
+EXPORT void *operator new(std::size_t n, std::align_val_t a) {
+  return formed(new_aligned(n, a), false);
+}
+EXPORT void *operator new[](std::size_t n, std::align_val_t a) {
+  return formed(new_aligned(n, a), true);
+}
 EXPORT void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {
-  return new_aligned_nothrow(n, a, false);
+  return formed(new_aligned_nothrow(n, a, false), false);
 }
 EXPORT void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {
-  return new_aligned_nothrow(n, a, true);
+  return formed(new_aligned_nothrow(n, a, true), true);
 }
 
-EXPORT void operator delete(void *p) noexcept { mtp_free(p); }
-EXPORT void operator delete[](void *p) noexcept { mtp_free(p); }
-EXPORT void operator delete(void *p, std::size_t n) noexcept { mtp_free_sized(p, n); }
-EXPORT void operator delete[](void *p, std::size_t n) noexcept { mtp_free_sized(p, n); }
-EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { mtp_free(p); }
-EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { mtp_free(p); }
-EXPORT void operator delete(void *p, std::align_val_t) noexcept { mtp_free(p); }
-EXPORT void operator delete[](void *p, std::align_val_t) noexcept { mtp_free(p); }
+EXPORT void operator delete(void *p) noexcept { del(p, false); }
+EXPORT void operator delete[](void *p) noexcept { del(p, true); }
+EXPORT void operator delete(void *p, std::size_t n) noexcept { del_sized(p, n, false); }
+EXPORT void operator delete[](void *p, std::size_t n) noexcept { del_sized(p, n, true); }
+EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { del(p, false); }
+EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { del(p, true); }
+EXPORT void operator delete(void *p, std::align_val_t) noexcept { del(p, false); }
+EXPORT void operator delete[](void *p, std::align_val_t) noexcept { del(p, true); }
 EXPORT void operator delete(void *p, std::size_t n, std::align_val_t) noexcept {
-  mtp_free_sized(p, n);
+  del_sized(p, n, false);
 }
 EXPORT void operator delete[](void *p, std::size_t n, std::align_val_t) noexcept {
-  mtp_free_sized(p, n);
+  del_sized(p, n, true);
 }
 EXPORT void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept {
-  mtp_free(p);
+  del(p, false);
 }
 EXPORT void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept {
-  mtp_free(p);
+  del(p, true);
 }

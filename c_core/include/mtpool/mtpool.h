@@ -241,6 +241,11 @@ MTP_API size_t mtp_trim_all(void) MTP_NOEXCEPT;
  * EINVAL if an argument is NULL. Pools created or destroyed meanwhile may be seen or missed. */
 MTP_API int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) MTP_NOEXCEPT;
 
+/* Checked mode: verify every block of pool (NULL: the default pool) now, as at trim and exit: live
+ * blocks' guards, freed blocks' clearing. Reports each corrupt block through the error handler
+ * (its pool, size and address) and returns how many were found; 0 for a pool not checked. */
+MTP_API int mtp_pool_check(mtp_pool_t *pool) MTP_NOEXCEPT;
+
 /* Fill *out with the options pool (NULL: the default pool) runs with, after the environment and
  * the limits were applied; out->name points to the pool's name. Returns 0, or EINVAL (out NULL). */
 MTP_API int mtp_pool_options(mtp_pool_t *pool, mtp_options_t *out) MTP_NOEXCEPT;

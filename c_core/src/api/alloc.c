@@ -130,6 +130,10 @@ static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
   if (p == NULL) return;
   int e = errno; /* frees leave errno alone (mtpool.h); munmap or the purge thread may set it */
   if (MTP_UNLIKELY(mtp__prof_on)) mtp__prof_free(p); /* a sampled block is a large one */
+  if (mtp__checked_free_outside(p, size, sized)) { /* checked mode: handled */
+    errno = e;
+    return;
+  }
   int r = mtp__large_free(p, size, sized);
   if (r == MTP_LARGE_NOT)
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
@@ -273,6 +277,10 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
     return true;
   }
   if (slab_out) *slab_out = NULL;
+  if (mtp__checked_zero_lookup(p, pool_out)) {
+    *usable_out = 0;
+    return true;
+  }
   return mtp__large_lookup(p, usable_out, pool_out);
 }
 

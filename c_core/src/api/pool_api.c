@@ -1,6 +1,7 @@
-/* Public entry points for pools: the default pool, create, destroy, trim, name. Checked pools
- * are scanned for late writes into freed blocks before their memory goes. Layer: api. */
+/* Public entry points for pools: the default pool, create, destroy, trim, check, name. Checked
+ * pools are verified (heap/checked.c) at trim and before their memory goes. Layer: api. */
 #include <errno.h>
+#include <limits.h>
 
 #include "heap/heap.h"
 
@@ -14,7 +15,7 @@ mtp_pool_t *mtp_pool_create(const mtp_options_t *opt) {
 void mtp_pool_destroy(mtp_pool_t *pool_) {
   mtpi_pool_t *p = mtp__pool_in(pool_);
   if (p == NULL || mtp__is_default(p)) return;
-  mtp__checked_scan(p);
+  (void)mtp__checked_verify(p);
   mtp__checked_forget(p);
   mtp__pool_free(p);
 }
@@ -27,7 +28,7 @@ const char *mtp_pool_name(const mtp_pool_t *pool) {
 
 size_t mtp_pool_trim(mtp_pool_t *pool_) {
   mtpi_pool_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
-  mtp__checked_scan(p);
+  (void)mtp__checked_verify(p);
   mtp__heap_unlist(p);
   mtp__heap_shared_trim(p);
   return mtp__pool_trim(p);
@@ -39,6 +40,12 @@ size_t mtp_trim_all(void) {
   mtp__heap_unlist(mtp__default());
   mtp__heap_shared_trim_all();
   return mtp__pool_trim_all();
+}
+
+int mtp_pool_check(mtp_pool_t *pool_) {
+  mtpi_pool_t *p = pool_ ? mtp__pool_in(pool_) : mtp__default();
+  size_t n = mtp__checked_verify(p);
+  return n > INT_MAX ? INT_MAX : (int)n;
 }
 
 int mtp_pool_options(mtp_pool_t *pool_, mtp_options_t *out) {

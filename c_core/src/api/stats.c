@@ -93,7 +93,7 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   size_t large_cached = p->large_cached_bytes; /* freed mappings kept for reuse: free, not in use */
   allocs += p->large_allocs;
   pthread_mutex_unlock(&mtp__large_lock);
-  out->blocks_in_use += out->large_blocks;
+  out->blocks_in_use += out->large_blocks + mtp__checked_zero_count(p); /* 0 bytes each */
   out->bytes_in_use += out->large_bytes;
   /* medium blocks' pages are in the regions' figures already */
   out->bytes_mapped += large_mapped + large_cached;

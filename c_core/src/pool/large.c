@@ -230,7 +230,6 @@ static char *reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin) {
   if (m != NULL) return m;
   char *fresh = mtp__os_map(RESERVE_BYTES, mtp__os_page_size());
   if (fresh == NULL) return NULL;
-  mtp__track_unmap(fresh, RESERVE_BYTES); /* no stale poison from an earlier mapping there */
   pthread_mutex_lock(&mtp__large_lock);
   char *old = pool->large_reserve; /* another thread's, if two ran short at once */
   size_t old_left = pool->large_reserve_left;
@@ -369,7 +368,6 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
     errno = ENOMEM;
     return NULL;
   }
-  mtp__track_unmap(m, map_size); /* no stale poison from an earlier mapping there */
   if (pool->check) memset((char *)m + size, CANARY, map_size - size);
   rec->ptr = rec->map = m;
   rec->map_size = map_size;
@@ -510,6 +508,25 @@ int mtp__large_free(void *p, size_t size, bool sized) {
   return cached && !pool->check && pool->purge_delay_ms > 0 ? MTP_LARGE_CACHED : MTP_LARGE_FREED;
 }
 
+size_t mtp__large_verify(mtpi_pool_t *pool, void (*found)(void *ctx, void *p, size_t size),
+                         void *ctx) {
+  if (!pool->check) return 0;
+  size_t n = 0;
+  pthread_mutex_lock(&mtp__large_lock);
+  for (mtpi_node_t *it = pool->large; it != NULL; it = it->next) {
+    const mtpi_large_t *rec = rec_of(it);
+    const unsigned char *c = (const unsigned char *)rec->map + rec->size;
+    for (size_t i = 0; i < rec->map_size - rec->size; i++)
+      if (c[i] != CANARY) {
+        found(ctx, rec->ptr, rec->size);
+        n++;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&mtp__large_lock);
+  return n;
+}
+
 bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out) {
   pthread_mutex_lock(&mtp__large_lock);
   mtpi_large_t *rec = *find(p);
@@ -597,8 +614,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   void *m = old;
   if (need > old_size) { /* grow, with room for more */
     m = mtp__os_remap(old, old_size, want);
-    if (m == NULL) return NULL;
-    mtp__track_unmap(m, want); /* all of it the caller's (no stale poison where it grew) */
+    if (m == NULL) return NULL; /* all of it the caller's, unpoisoned (mtp__os_remap) */
     new_size = want;
   } else { /* shrink with no cache: give the tail back, in place */
     if (mtp__os_unmap((char *)old + need, old_size - need) == 0) {

@@ -169,6 +169,11 @@ enum { MTP_LARGE_NOT = 0, MTP_LARGE_FREED = 1, MTP_LARGE_CACHED = 2 };
 int mtp__large_free(void *p, size_t size, bool sized);
 /* Is p a large block? Then *usable gets its usable size and *pool_out (if not NULL) its pool. */
 bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out);
+/* Checked pools: verify the canary past each of pool's live large blocks; found(ctx, address,
+ * requested size) for each one written past its end (called under the large lock: it must only
+ * record). Returns how many. */
+size_t mtp__large_verify(mtpi_pool_t *pool, void (*found)(void *ctx, void *p, size_t size),
+                         void *ctx);
 /* Resize the large block p (not of a checked pool) to size bytes in its own mapping: grown with
  * mremap (pages move, no copy; `room` bytes more for the next growth), or its tail unmapped when
  * it shrinks by more than a quarter. Returns the block's (maybe new) address, or NULL if it could
