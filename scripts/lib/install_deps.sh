@@ -7,9 +7,10 @@ MTPOOL_TEST_PACKAGES="cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev l
   valgrind pkg-config bc python3 universal-ctags gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
   qemu-user dpkg-dev file man-db perl sqlite3 xz-utils git libpython3.11-testsuite
   google-perftools"
-# The benchmark suite and the peers it compares with (a missing peer is skipped).
+# The benchmark suite and the peers it compares with (a missing peer is skipped); the heap
+# debuggers beside which tests/security/run_security.sh --peers-found shows checked mode.
 MTPOOL_BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4
-  libjemalloc2 libmimalloc2.0 gnuplot-nox python3"
+  libjemalloc2 libmimalloc2.0 gnuplot-nox python3 electric-fence duma"
 # The real programs of scripts/bench_programs.sh, the compiler of its helpers, and the peers.
 MTPOOL_PROGRAMS_PACKAGES="cmake make gcc g++ python3 perl sqlite3 xz-utils git ruby lua5.4 coreutils
   gnuplot-nox libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 libtbbmalloc2"
