@@ -26,6 +26,12 @@
 #             not build, with gcc and clang (see the stage for the list); nothing is run but the
 #             drop-in malloc's tests in the gcc Debug build at level 2 (the validity checkers)
 #   aarch64   cross-built, the unit, API, multi-threaded, stress, fork and C++ tests under qemu-user
+#   musl      against musl (cmake/toolchains/musl.cmake, musl-gcc), dynamic and static: the C tests
+#             and the drop-in malloc's tests, and a plain musl program on the drop-in (preloaded
+#             through musl's loader, and linked statically) that must allocate from mtpool
+#   libcxx    the C++ adapter's tests with clang++-16 -stdlib=libc++ (libc++ 16) at C++11, 17
+#             and 20, and with clang++-14 and libc++ 14 (unpacked beside 16: no <memory_resource>,
+#             so everything but pmr, and the pmr header's #error checked)
 #   package   Debian packages (cpack): installed with apt-get, the consumer project built against
 #             /usr, `man -w 3 mtpool`, then the packages removed again
 #   abi       exported symbols, soname and public structure layout equal abi/'s lists
@@ -41,7 +47,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
 quick_stages="docs release malloc asan"
-full_stages="docs release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 package abi servers gp programs"
+full_stages="docs release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 musl libcxx package abi servers gp programs"
 tier=quick
 for arg in "$@"; do
   case $arg in
@@ -62,7 +68,7 @@ jobs=${MTPOOL_JOBS:-$(nproc)}
 # machine's first quick run does not fetch them; any stage list given by hand gets them all.
 packages=$MTPOOL_TEST_PACKAGES
 if [ -z "${MTPOOL_TEST_STAGES:-}" ] && [ $tier = quick ]; then
-  full_only=" libclang-rt-14-dev libbenchmark-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user dpkg-dev file man-db "
+  full_only=" libclang-rt-14-dev libbenchmark-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user dpkg-dev file man-db musl-tools clang-16 libc++-16-dev libc++abi-16-dev "
   packages=$(for p in $MTPOOL_TEST_PACKAGES; do case $full_only in *" $p "*) ;; *) echo "$p" ;; esac; done)
 fi
 # shellcheck disable=SC2086 # the list is words
@@ -272,6 +278,47 @@ for stage in $stages; do
       arm_re="^($(echo $arm_tests cxx_checked_mode | tr ' ' '|'))\$"
       GTEST_FILTER=-OutOfMemoryTest.* MTP_STRESS_OPS=1000000 MTP_STRESS_MAX_SECONDS=90 \
         run_ctest aarch64 "$out/aarch64" -R "$arm_re"
+      ;;
+    musl)
+      # Left out: test_bug_dlclose (dlopens a plugin carrying the core: musl's loader refuses a
+      # dlopen'ed library with initial-exec thread-local variables, and a static program has no
+      # dlopen; docs/porting.md says what the core would need).
+      tc="$here/cmake/toolchains/musl.cmake"
+      configure_build "$out/musl" "" -DCMAKE_TOOLCHAIN_FILE="$tc" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+      run_ctest musl-dynamic "$out/musl" -E '^test_bug_dlclose$'
+      configure_build "$out/musl-static" "" -DCMAKE_TOOLCHAIN_FILE="$tc" -DMTPOOL_MUSL_STATIC=ON \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo
+      run_ctest musl-static "$out/musl-static" -E '^test_bug_dlclose$'
+      ;;
+    libcxx)
+      # GoogleTest built once per libc++ from Debian's sources (libgtest-dev is libstdc++'s).
+      # shellcheck source=lib/libcxx14.sh
+      . "$here/scripts/lib/libcxx14.sh"
+      lc14=$(libcxx14_root "$out/libcxx14-pkg")
+      lc14_inc="-nostdinc++ -isystem $lc14/usr/lib/llvm-14/include/c++/v1"
+      lc14_link="-stdlib=libc++ -Wno-unused-command-line-argument -L$lc14/usr/lib/llvm-14/lib -Wl,-rpath,$lc14/usr/lib/llvm-14/lib"
+      cxx_targets="mtpool_cxx_tests mtpool_cxx_tests_cxx11 mtpool_cxx_tests_cxx20 test_visit_cxx
+                   mtpool_malloc cxx_modes_cxx11 cxx_modes_cxx14 cxx_modes_cxx17 cxx_modes_cxx20
+                   cxx_unconstrained_ops_cxx11 cxx_unconstrained_ops_cxx14
+                   cxx_unconstrained_ops_cxx17 cxx_unconstrained_ops_cxx20"
+      # the header checks with clang and libc++; malloc_cxx_tests: the suite on the drop-in
+      cxx_re='^(mtpool_cxx_tests.*|cxx_modes_.*|cxx_unconstrained_.*|cxx_checked_mode|cxx_headers_clang_.*|test_visit_cxx|malloc_cxx_tests)$'
+      for v in 16 14; do
+        gt="$out/libcxx$v-gtest"
+        if [ "$v" = 16 ]; then flags="-stdlib=libc++" link=""; else flags=$lc14_inc link=$lc14_link; fi
+        if [ ! -f "$gt/prefix/lib/cmake/GTest/GTestConfig.cmake" ]; then
+          cmake -S /usr/src/googletest -B "$gt" -DCMAKE_C_COMPILER=clang-$v -DCMAKE_CXX_COMPILER=clang++-$v \
+            -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$link" -DBUILD_GMOCK=OFF \
+            -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$gt/prefix" >/dev/null
+          cmake --build "$gt" -j"$jobs" >/dev/null
+          cmake --install "$gt" >/dev/null
+        fi
+        configure_build "$out/libcxx$v" "$cxx_targets" -DCMAKE_C_COMPILER=clang-$v \
+          -DCMAKE_CXX_COMPILER=clang++-$v -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$link" \
+          -DCMAKE_SHARED_LINKER_FLAGS="$link" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_CXX20_SUITE=ON \
+          -DGTest_DIR="$gt/prefix/lib/cmake/GTest" -DMTPOOL_BUILD_EXAMPLES=OFF
+        run_ctest "libcxx$v" "$out/libcxx$v" -R "$cxx_re"
+      done
       ;;
     package)
       configure_build "$out/deb" "" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \

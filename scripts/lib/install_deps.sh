@@ -5,8 +5,8 @@
 # Everything scripts/test.sh builds and runs (every CI stage).
 MTPOOL_TEST_PACKAGES="cmake make gcc g++ clang libclang-rt-14-dev libgtest-dev libbenchmark-dev
   valgrind pkg-config bc python3 universal-ctags gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
-  qemu-user dpkg-dev file man-db perl sqlite3 xz-utils git libpython3.11-testsuite
-  google-perftools"
+  qemu-user dpkg-dev file man-db perl sqlite3 xz-utils git libpython3.11-testsuite musl-tools
+  clang-16 libc++-16-dev libc++abi-16-dev google-perftools"
 # The benchmark suite and the peers it compares with (a missing peer is skipped); the heap
 # debuggers beside which tests/security/run_security.sh --peers-found shows checked mode.
 MTPOOL_BENCH_PACKAGES="cmake g++ make libbenchmark-dev libboost-dev libtbb-dev libtcmalloc-minimal4
