@@ -49,7 +49,7 @@ size_t mtp__os_page_size(void) {
   return (size_t)v;
 }
 
-void *mtp__os_map(size_t size, size_t alignment) {
+static void *os_map(size_t size, size_t alignment) {
   size_t os_page = mtp__os_page_size();
   if (inject_fails() || os_page > 65536) { /* an mtpool page must be whole OS pages */
     errno = ENOMEM;
@@ -82,6 +82,12 @@ void *mtp__os_map(size_t size, size_t alignment) {
   if (head) (void)munmap(raw, head);
   if (tail) (void)munmap((char *)start + size, tail);
   return (void *)start;
+}
+
+void *mtp__os_map(size_t size, size_t alignment) {
+  void *p = os_map(size, alignment);
+  if (p != NULL) mtp__track_unmap(p, size); /* no stale poison from an earlier mapping there */
+  return p;
 }
 
 int mtp__os_guard(void *p, size_t size) { return mprotect(p, size, PROT_NONE) == 0 ? 0 : errno; }
@@ -170,6 +176,7 @@ void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
     errno = ENOMEM;
     return NULL;
   }
+  mtp__track_unmap(q, new_size); /* no stale poison where it grew or moved to */
   return q;
 }
 

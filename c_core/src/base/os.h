@@ -16,8 +16,8 @@
  * the first map (ENOMEM). */
 size_t mtp__os_page_size(void);
 /* Map size bytes (a multiple of the OS page) aligned to alignment (a power of two; at least the
- * OS page is always given), readable and writable, zero-filled. NULL + errno ENOMEM if the OS
- * refuses. */
+ * OS page is always given), readable and writable, zero-filled, with no tools' marks (ASan
+ * poison) left from an earlier mapping there. NULL + errno ENOMEM if the OS refuses. */
 void *mtp__os_map(size_t size, size_t alignment);
 /* Make [p, p+size) inaccessible (a guard). pre: OS-page-aligned, mapped by mtp__os_map. */
 int mtp__os_guard(void *p, size_t size);
@@ -55,8 +55,9 @@ int mtp__os_huge_advise(void *p, size_t size, bool huge);
 
 /* Resize the mapping [p, p+old_size) to new_size (both multiples of the OS page), moving it if it
  * cannot change in place (MREMAP_MAYMOVE): its pages move with it, neither copied nor faulted
- * again. Returns the new address, or NULL + errno ENOMEM (the old mapping is then unchanged). An
- * injected failure (mtp__os_inject_failure) counts as a map. pre: mapped by mtp__os_map. */
+ * again, and the new range has no tools' marks, as from mtp__os_map. Returns the new address, or
+ * NULL + errno ENOMEM (the old mapping is then unchanged). An injected failure
+ * (mtp__os_inject_failure) counts as a map. pre: mapped by mtp__os_map. */
 void *mtp__os_remap(void *p, size_t old_size, size_t new_size);
 
 #pragma GCC visibility pop
