@@ -85,7 +85,12 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   if (pool->check) return mtp__checked_alloc(pool, size, alignment);
   /* the smallest class whose every block is aligned enough (blocks are never headed) */
   unsigned cls = mtp__class_aligned(size ? size : 1, alignment);
-  if (cls < MTP_NUM_CLASSES) return mtp__heap_alloc_class(pool, cls);
+  if (cls < MTP_NUM_CLASSES) {
+    /* profiling: the class's stand-in list goes back before a slow path of the class
+     * (heap/profile.c) */
+    if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) mtp__prof_drain_class(cls);
+    return mtp__heap_alloc_class(pool, cls);
+  }
   /* a medium block starts on a page: 64 KiB aligned */
   if (size <= MTP_MEDIUM_MAX && alignment <= MTP_PAGE_SIZE) return mtp__heap_medium_alloc(pool, size, false);
   return mtp__large_alloc(pool, size, alignment);

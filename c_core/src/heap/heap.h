@@ -146,6 +146,11 @@ void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
 void mtp__prof_free(void *p);
 /* Whether p is a live sampled block. */
 bool mtp__prof_holds(const void *p);
+/* The calling thread's stand-in list of class cls back to its heap (before a slow path of cls
+ * that does not come through mtp__prof_alloc: an aligned allocation). */
+void mtp__prof_drain_class(unsigned cls);
+/* The calling thread's stand-in heap given back (thread exit or flush, before its heaps go). */
+void mtp__prof_thread_done(void);
 
 /* ---- thread.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);

@@ -167,6 +167,7 @@ static bool heap_abandon(mtpi_heap_t *h) {
 /* Give every heap of t (this thread's record) back. Returns whether the purger is due a wake,
  * which the caller makes last (see the top). */
 static bool thread_abandon(mtpi_thread_t *t) {
+  if (MTP_UNLIKELY(mtp__prof_on)) mtp__prof_thread_done(); /* its blocks back to the heaps first */
   mtp__tl_default_heap = &mtp__heap_empty;
   bool due = false;
   pthread_mutex_lock(&mtp__registry_lock);
