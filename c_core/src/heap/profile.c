@@ -92,6 +92,9 @@ bool mtp__prof_on;
 #define LIVE_MAX (LIVE_SLOTS / 2)
 #define DEFAULT_RATE 524288
 #define LEAK_STACKS 20         /* stacks the leak list shows */
+/* A refill carves a slab's fresh blocks up to this many bytes' worth, not the whole slab ahead:
+ * carving writes every block's link, and so touches their pages before the program does. */
+#define CARVE_BYTES 16384u
 
 typedef struct prof_stack {
   uint64_t hash;  /* 0: slot unused */
@@ -232,11 +235,11 @@ static void stand_refill(prof_proxy_t *x, mtpi_heap_t *h, unsigned c) {
      * further first: a thread whose blocks other threads free finds only the last page's carving
      * there, and a list refilled one page at a time would send it to the slow path every few
      * allocations. */
-    uint32_t len;
+    uint32_t len, want = n < CARVE_BYTES / size ? n : CARVE_BYTES / size;
     for (;;) {
       uint32_t rest = (uint32_t)((size_t)(s->end - mtp__slab_bump_owner(s)) / s->block_size);
       len = s->capacity - MTP_USED(s) - rest;
-      if (len >= n || rest == 0 || !mtp__slab_extend(s)) break;
+      if (len >= want || rest == 0 || !mtp__slab_extend(s)) break;
     }
     if (len == 0) return;
     st->free = cut(&s->free, len, n, &got);
