@@ -13,7 +13,8 @@
 # Overflows past and underflows before a 256 KiB block, and writes 1 MiB past a block, hit
 # whatever mapping lies there (for every allocator): those cells may vary from run to run.
 # --cost "COMMAND": also run COMMAND (a real program, through sh -c) under each allocator, 3
-# times, and print its median wall time and peak resident memory (the table's second part).
+# times, and print its median wall time and peak resident memory (the table's second part); a
+# run past 600 s is stopped (its time then reads 600).
 # usage: run_security.sh SEC_CASES_EXE LIBMTPOOL_MALLOC_SO [--floor N] [--checked-floor N] [--md FILE]
 #          [--peer NAME=LIB.so]... [--peers-found] [--cost COMMAND]
 #   --peers-found: add Electric Fence and DUMA where installed (Debian: /usr/lib/libefence.so,
@@ -101,16 +102,19 @@ done
 
 # Median wall seconds and peak RSS (MiB) of 3 runs of the --cost command under column j.
 cost_of() {
-  local j=$1 k out times=() rss=()
+  local j=$1 k out times=() rss=() tf
+  tf=$(mktemp)
   for k in 1 2 3; do
     # shellcheck disable=SC2086
-    out=$( { /usr/bin/time -f "%e %M" env ${col_envs[$j]} sh -c "$cost" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+    /usr/bin/time -o "$tf" -f "%e %M" timeout 600 env ${col_envs[$j]} sh -c "$cost" >/dev/null 2>&1
+    out=$(tail -1 "$tf")
     times+=("${out% *}")
     rss+=("${out#* }")
   done
   local t m
   t=$(printf '%s\n' "${times[@]}" | sort -g | sed -n 2p)
   m=$(printf '%s\n' "${rss[@]}" | sort -g | sed -n 2p)
+  rm -f "$tf"
   printf '%s s, %s MiB' "$t" "$(awk -v k="$m" 'BEGIN { printf "%.1f", k / 1024 }')"
 }
 
