@@ -151,6 +151,27 @@ static size_t zero_top;         /* slots at and above it were never used */
 static bool zero_failed;        /* the OS refused the range: zero-size requests get 0-byte blocks */
 static uint32_t zero_live[MTP_MAX_POOLS]; /* per pool id: its live zero-size blocks */
 
+/* ---- fork: the zero-size and form tables' locks are held across it (their own handlers) ---- */
+
+static pthread_mutex_t lform_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&zero_lock);
+  pthread_mutex_lock(&lform_lock);
+}
+static void fork_release(void) {
+  pthread_mutex_unlock(&lform_lock);
+  pthread_mutex_unlock(&zero_lock);
+}
+/* Called before either lock is first taken, holding none: pthread_atfork may call malloc, which
+ * may be us (then the flag is taken and the nested call goes on without). */
+static void fork_handlers(void) {
+  static int claimed;
+  if (__atomic_load_n(&claimed, __ATOMIC_RELAXED) == 0 &&
+      __atomic_exchange_n(&claimed, 1, __ATOMIC_SEQ_CST) == 0)
+    (void)pthread_atfork(fork_prepare, fork_release, fork_release); /* ENOMEM: no handlers */
+}
+
 static bool zero_ready(void) {
   if (zero_base != NULL) return true;
   if (zero_failed) return false;
@@ -174,6 +195,7 @@ static void *zero_alloc(mtpi_pool_t *pool, size_t alignment) {
   if (alignment > ZERO_ALIGN_MAX) return NULL;
   size_t step = alignment > ZERO_STRIDE ? alignment / ZERO_STRIDE : 1;
   void *p = NULL;
+  fork_handlers();
   pthread_mutex_lock(&zero_lock);
   if (zero_ready()) {
     size_t i = (zero_next + step - 1) / step * step;
@@ -269,7 +291,6 @@ typedef struct {
   uintptr_t p; /* 0: an empty slot */
   unsigned form;
 } lform_t;
-static pthread_mutex_t lform_lock = PTHREAD_MUTEX_INITIALIZER;
 static lform_t *lform;      /* open addressing, linear probing; mapped at the first record */
 static size_t lform_count;  /* written under the lock, read without it to skip an empty table */
 static bool lform_overflow; /* a record was skipped: an unlisted block's form is unknown */
@@ -284,6 +305,7 @@ static size_t lform_find(uintptr_t p) {
   return i;
 }
 static void lform_put(uintptr_t p, unsigned form) {
+  fork_handlers();
   pthread_mutex_lock(&lform_lock);
   if (lform == NULL && !lform_overflow) {
     lform = mtp__os_map(LFORM_SLOTS * sizeof(lform_t), 0);
@@ -317,6 +339,7 @@ static void lform_remove(size_t i) {
  * the table is complete; -1 if unknown. With take, a recorded form is removed. */
 static int lform_get(uintptr_t p, bool take) {
   int form = -1;
+  fork_handlers();
   pthread_mutex_lock(&lform_lock);
   size_t i = lform != NULL ? lform_find(p) : 0;
   if (lform != NULL && lform[i].p == p) {
