@@ -84,15 +84,16 @@ static size_t rng_log(rng_t *r, size_t lo, size_t hi) {
   return rng_range(r, base, top);
 }
 
-/* A block stamped with a value at both ends; freeing it reads the value back into a checksum,
- * so that lost or overlapping blocks change the result. */
+/* A block stamped with a value at both ends (its first 8 bytes, or all of a shorter block);
+ * freeing it reads the value back into a checksum, so that lost or overlapping blocks change the
+ * result. */
 static void stamp(unsigned char *p, size_t n, uint64_t v) {
-  memcpy(p, &v, sizeof v);
+  memcpy(p, &v, n < sizeof v ? n : sizeof v);
   p[n - 1] = (unsigned char)v;
 }
 static uint64_t unstamp(const unsigned char *p, size_t n) {
-  uint64_t v;
-  memcpy(&v, p, sizeof v);
+  uint64_t v = 0;
+  memcpy(&v, p, n < sizeof v ? n : sizeof v);
   if (p[n - 1] != (unsigned char)v) die("block contents changed (allocator gave out a live block?)");
   return v;
 }
