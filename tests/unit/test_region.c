@@ -23,11 +23,13 @@ static void test_spans_and_page_map(void) {
   }
   mtp__region_validate(&rs);
   CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE);
-  /* the region's header is not memory to hand out, and its first page is a guard */
-  mtpi_region_t *r = mtp__region_of((uintptr_t)s[0]);
-  CHECK(mtp__page_desc((uintptr_t)r)->kind == MTP_PAGE_HEADER);
-  CHECK(!mtp__is_region_ptr((uintptr_t)r - MTP_REGION_SIZE) ||
-        mtp__region_of((uintptr_t)r - 1) != r);
+  /* the region's header lies just below its pages, which start on a region boundary; the
+   * header is no memory of the chunk map's (a free of a pointer into it is foreign) */
+  mtpi_region_t *r = mtp__region_of_desc(s[0]);
+  CHECK(mtp__region_base(r) == (char *)r + MTP_REGION_META_BYTES);
+  CHECK(((uintptr_t)mtp__region_base(r) & (MTP_REGION_SIZE - 1)) == 0);
+  CHECK(mtp__region_of((uintptr_t)mtp__region_base(r) + MTP_REGION_SIZE - 1) == r);
+  CHECK(!mtp__is_region_ptr((uintptr_t)r) && mtp__is_region_ptr((uintptr_t)mtp__region_base(r)));
   for (int i = 0; i < 3; i++) mtp__region_free_run(&rs, s[i], 0);
   mtp__region_validate(&rs);
   CHECK(mtp__region_dirty_left(&rs));
@@ -35,7 +37,7 @@ static void test_spans_and_page_map(void) {
   size_t back = mtp__region_purge(&rs, 1000, 0, false);
   CHECK(back >= (size_t)7 << MTP_PAGE_SHIFT);
   CHECK(rs.regions == NULL);
-  CHECK(!mtp__is_region_ptr((uintptr_t)r));
+  CHECK(!mtp__is_region_ptr((uintptr_t)mtp__region_base(r)));
   CHECK_EQ_SZ(rs.mapped_bytes, 0);
 }
 
@@ -50,7 +52,7 @@ static void test_fill_a_region(void) {
   }
   CHECK(rs.regions->next == NULL); /* one region held them all */
   mtpi_desc_t *more = mtp__region_alloc_slab(&rs, 1, NULL, false, false); /* a second region */
-  CHECK(more != NULL && mtp__region_of((uintptr_t)more) != mtp__region_of((uintptr_t)got[0]));
+  CHECK(more != NULL && mtp__region_of_desc(more) != mtp__region_of_desc(got[0]));
   more->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs); /* the full region went to the back */
   for (unsigned i = 0; i < n; i++) mtp__region_free_run(&rs, got[i], 0);
@@ -67,13 +69,13 @@ static void test_claims(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *a = NULL, *b = NULL, *c = NULL;
   mtpi_desc_t *sa = mtp__region_alloc_slab(&rs, 1, &a, true, true);
-  CHECK(sa != NULL && a == mtp__region_of((uintptr_t)sa) && a->h.claim == &a);
+  CHECK(sa != NULL && a == mtp__region_of_desc(sa) && a->h.claim == &a);
   sa->kind = MTP_PAGE_SLAB;
   mtpi_desc_t *sb = mtp__region_alloc_slab(&rs, 1, &b, true, true);
-  CHECK(sb != NULL && b == mtp__region_of((uintptr_t)sb) && b != a && b->h.claim == &b);
+  CHECK(sb != NULL && b == mtp__region_of_desc(sb) && b != a && b->h.claim == &b);
   sb->kind = MTP_PAGE_SLAB;
   mtpi_desc_t *sa2 = mtp__region_alloc_slab(&rs, 1, &a, true, true); /* from its own region again */
-  CHECK(sa2 != NULL && mtp__region_of((uintptr_t)sa2) == a);
+  CHECK(sa2 != NULL && mtp__region_of_desc(sa2) == a);
   sa2->kind = MTP_PAGE_SLAB;
   /* a resident page of a's region goes to a third heap, which claims nothing for it */
   mtp__region_free_run(&rs, sa2, 0);
@@ -93,7 +95,7 @@ static void test_claims(void) {
   for (unsigned i = 0; i < 5; i++) mtp__region_free_run(&rs, all[i], 0);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK_EQ_SZ(rs.mapped_bytes, 3 * MTP_REGION_SIZE); /* claimed regions stay mapped */
-  CHECK(mtp__is_region_ptr((uintptr_t)a) && mtp__is_region_ptr((uintptr_t)c));
+  CHECK(mtp__is_region_ptr((uintptr_t)mtp__region_base(a)) && mtp__is_region_ptr((uintptr_t)mtp__region_base(c)));
   mtp__region_unclaim(&a);
   CHECK(a == NULL);
   mtp__region_unclaim(&b);
@@ -111,7 +113,7 @@ static void test_first_spans_share(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *f = NULL;
   mtpi_desc_t *sf = mtp__region_alloc_slab(&rs, 1, &f, false, false);
-  CHECK(sf != NULL && f == mtp__region_of((uintptr_t)sf) && f->h.claim == &f && rs.claimed == 1);
+  CHECK(sf != NULL && f == mtp__region_of_desc(sf) && f->h.claim == &f && rs.claimed == 1);
   sf->kind = MTP_PAGE_SLAB;
   mtp__region_free_run(&rs, sf, 0);
   mtp__region_unclaim(&f);
@@ -129,12 +131,12 @@ static void test_first_spans_share(void) {
   CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE); /* one region for the eight */
   mtpi_region_t *g = NULL;
   mtpi_desc_t *sg = mtp__region_alloc_slab(&rs, 1, &g, true, true);
-  CHECK(sg != NULL && g == mtp__region_of((uintptr_t)sg) && g->h.claim == &g);
+  CHECK(sg != NULL && g == mtp__region_of_desc(sg) && g->h.claim == &g);
   sg->kind = MTP_PAGE_SLAB;
   mtpi_region_t *x = NULL;
   mtpi_desc_t *sx = mtp__region_alloc_slab(&rs, 1, &x, false, false);
-  CHECK(sx != NULL && x == NULL && mtp__region_of((uintptr_t)sx) != g);
-  CHECK(mtp__region_of((uintptr_t)sx)->h.claim == NULL);
+  CHECK(sx != NULL && x == NULL && mtp__region_of_desc(sx) != g);
+  CHECK(mtp__region_of_desc(sx)->h.claim == NULL);
   sx->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs);
   for (unsigned i = 0; i < 8; i++) mtp__region_free_run(&rs, s[i], 0);

@@ -92,6 +92,23 @@ void *mtp__os_map(size_t size, size_t alignment) {
 
 int mtp__os_guard(void *p, size_t size) { return mprotect(p, size, PROT_NONE) == 0 ? 0 : errno; }
 
+void *mtp__os_map_guarded(size_t size, size_t alignment, size_t guard) {
+  char *p = os_map(size, alignment);
+  if (p == NULL) return NULL;
+  if (mprotect(p, guard, PROT_NONE) != 0) {
+    (void)munmap(p, size);
+    errno = ENOMEM;
+    return NULL;
+  }
+  mtp__track_unmap(p + guard, size - guard); /* no stale poison from an earlier mapping there */
+  return p;
+}
+
+int mtp__os_unmap_guarded(void *p, size_t size, size_t guard) {
+  mtp__track_unmap((char *)p + guard, size - guard);
+  return munmap(p, size) == 0 ? 0 : errno;
+}
+
 int mtp__os_populate(void *p, size_t size) {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */

@@ -19,6 +19,11 @@ size_t mtp__os_page_size(void);
  * OS page is always given), readable and writable, zero-filled, with no tools' marks (ASan
  * poison) left from an earlier mapping there. NULL + errno ENOMEM if the OS refuses. */
 void *mtp__os_map(size_t size, size_t alignment);
+/* mtp__os_map, then its first `guard` bytes made inaccessible; only the rest is cleared of tools'
+ * marks (an ASan build writes no shadow for the guard). NULL + ENOMEM if the OS refuses. */
+void *mtp__os_map_guarded(size_t size, size_t alignment, size_t guard);
+/* Unmap a mapping of mtp__os_map_guarded, clearing the tools' marks on all but its guard. */
+int mtp__os_unmap_guarded(void *p, size_t size, size_t guard);
 /* Make [p, p+size) inaccessible (a guard). pre: OS-page-aligned, mapped by mtp__os_map. */
 int mtp__os_guard(void *p, size_t size);
 /* Fault [p, p+size) in now, in one call, instead of one page fault per OS page later.

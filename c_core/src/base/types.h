@@ -1,8 +1,9 @@
 /* The core's data: every internal type, its invariants, and who may write each field.
  *
  * Glossary (one term per idea; the code's names follow it):
- *   region       4 MiB of address space aligned to 4 MiB (mtpi_region_t): a guard page, the header
- *                with one page descriptor per page, then pages. Found from any address by masking.
+ *   region       4 MiB of address space aligned to 4 MiB, cut into pages; its header (mtpi_region_t,
+ *                one page descriptor per page) lies just below it, behind a PROT_NONE reservation.
+ *                Found from any address by masking.
  *   page         the region's 64 KiB unit (MTP_PAGE_SIZE), a whole number of OS pages.
  *   run          consecutive pages of one region, taken from and given back to it together.
  *   descriptor   the page descriptor (mtpi_desc_t), out of band in the region header; its kind
@@ -266,7 +267,7 @@ typedef struct mtpi_desc {
    * multi-page slab as one in its first. In the first line, beside owner and bump, which the
    * fast path reads next. Plain, written under the pool lock and read without it: a free of a
    * block in use reads it while the block keeps its run, and so its head, fixed; a stale pointer
-   * may read another run's head, and the owner and bump checks that follow send it on as before. */
+   * may read another run's head, and the owner and bump checks that follow send it on. */
   struct mtpi_desc *head;
   /* second cache line: shared */
   mtpi_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
@@ -317,27 +318,29 @@ typedef struct mtpi_region_hdr {
   uint64_t dirty_mask[MTP_PAGES_PER_REGION / 64]; /* 1: free page that may be resident */
   /* The heap (its member's region_hint slot) that takes never-touched pages from this region, or
    * NULL. Others take only resident pages here: page faults of two threads in one 2 MiB range
-   * queue on the kernel's lock of that range's page table (measured: 42% of the CPU time of 16
-   * threads growing at once). A claimed region is not unmapped (the hint points to it). */
+   * queue on the kernel's lock of that range's page table (bench/results/notes.md: region.c).
+   * A claimed region is not unmapped (the hint points to it). */
   void *claim;
   uint32_t free_pages;
   /* Huge-page advice (MTPOOL_HUGEPAGES): 0, or the mtpool pages per huge page when the region
-   * was advised MADV_HUGEPAGE. Its huge ranges (aligned, past the guard) are purged in one step
+   * was advised MADV_HUGEPAGE. Its huge ranges (aligned) are purged in one step
    * each (see region.c); huge_split marks the pages of ranges advised MADV_NOHUGEPAGE since, by
    * a purge while some of their pages were in use. */
   uint32_t huge_pages;
   uint64_t huge_split[MTP_PAGES_PER_REGION / 64];
 } mtpi_region_hdr_t;
 
-/* A region: a guard page (PROT_NONE, so that a mapping just below cannot overflow into the
- * descriptors), the header and the descriptors, then the pages handed out. */
+/* A region's header: its bookkeeping and one descriptor per page. It lies in the
+ * MTP_REGION_META_BYTES just below the region's pages, the top of a reservation of one region's
+ * size kept PROT_NONE below it (region.c), so that no mapping just below can overflow into it and
+ * every page of the region, both 2 MiB halves whole, holds blocks. */
 struct mtpi_region {
-  char guard[MTP_PAGE_SIZE];
   mtpi_region_hdr_t h;
   mtpi_desc_t pages[MTP_PAGES_PER_REGION] __attribute__((aligned(MTP_CACHE_LINE)));
 };
-
-#define MTP_REGION_HEADER_PAGES ((sizeof(mtpi_region_t) + MTP_PAGE_SIZE - 1) / MTP_PAGE_SIZE)
+/* The header's own mapping: one page (a whole number of OS pages on every supported kernel). */
+#define MTP_REGION_META_BYTES MTP_PAGE_SIZE
+_Static_assert(sizeof(mtpi_region_t) <= MTP_REGION_META_BYTES, "a region's header fits its page");
 
 /* ------------------------------------------------------------------------------------------------
  * A heap's membership in its pool (pool layer)

@@ -128,7 +128,7 @@ MTP_NO_TSAN static size_t listed_copy(mtpi_rset_t *rs, unsigned c, mtpi_block_t 
   size_t k = 0;
   for (; b != NULL && k < n && k < max; k++) {
     uintptr_t u = (uintptr_t)b;
-    if (!mtp__is_region_ptr(u) || !mtp__region_listed(rs, b)) break;
+    if (!mtp__is_region_ptr(u) || !mtp__region_listed(rs, mtp__region_of(u))) break;
     mtpi_desc_t *s = mtp__run_of(u);
     char *start = mtp__page_start(s);
     if (s->kind != MTP_PAGE_SLAB || s->cls != c || (char *)b < start || (char *)b >= s->end ||

@@ -178,7 +178,7 @@ static void free_local(mtpi_desc_t *s, mtpi_block_t *b) {
 MTP_NOINLINE void mtp__heap_free_tagged(mtpi_desc_t *s, mtpi_block_t *b) { free_local(s, b); }
 
 /* Whether s, a current slab, has no block left to hand out. */
-static bool exhausted(const mtpi_desc_t *s) {
+static bool exhausted(mtpi_desc_t *s) {
   return s->free == NULL && mtp__slab_bump_owner(s) >= s->end;
 }
 

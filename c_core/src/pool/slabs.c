@@ -198,7 +198,7 @@ bool mtp__pool_detached_news(const mtpi_remote_seen_t *seen, mtpi_desc_t *s) {
    * unmapped its region (regions change only under this lock). No unmap since the push: s is
    * there. Else s is read only if its region is still one of ours (unmapped and mapped again at
    * the same address: s is whatever it is now, and is handled as such under the lock). */
-  if (mtp__u64_load_relaxed(&p->rs.unmaps) != seen->unmaps && !mtp__region_listed(&p->rs, s))
+  if (mtp__u64_load_relaxed(&p->rs.unmaps) != seen->unmaps && !mtp__region_listed(&p->rs, mtp__region_of_desc(s)))
     return mtp__pool_unlock(p);
   /* Adoption (which sets OWNED) of a slab that a remote free may release happens only under this
    * lock: if the word is still detached, the slab's fields are stable while we hold it.

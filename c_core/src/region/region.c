@@ -1,10 +1,11 @@
 /* Regions: 4 MiB of address space aligned to 4 MiB, cut into 64 KiB pages. The region header and
- * the page descriptors sit in the first pages; the rest are handed out as runs of 1..16 pages
+ * the page descriptors sit just below its pages; the pages are handed out as runs of 1..16 pages
  * (aligned to their length) for slabs, and as runs of any length for medium blocks. Free pages are
  * tracked in two bitmaps: free, and free but possibly resident (dirty). Dirty pages are purged
- * after the pool's delay; a region whose pages are all free and clean is unmapped. The region's
- * first page is a PROT_NONE guard, so that a mapping just below (a large block) cannot overflow
- * into the header. Everything here runs under the owning pool's lock. Layer: region. */
+ * after the pool's delay; a region whose pages are all free and clean is unmapped. A region is
+ * mapped as two region sizes: the lower one PROT_NONE but for its top page, the header (so that
+ * no mapping just below, a large block, can overflow into it), the upper one the pages. Everything
+ * here runs under the owning pool's lock. Layer: region. */
 #include "region.h"
 
 #include <errno.h>
@@ -18,8 +19,9 @@ mtpi_atomic_u8 mtp__chunkmap[MTP_CHUNKMAP_SIZE];
 #define WORDS (MTP_PAGES_PER_REGION / 64)
 #define FIRST_PAGE MTP_REGION_FIRST_PAGE
 #define USABLE_PAGES MTP_REGION_USABLE_PAGES
+/* The inaccessible part of a region's mapping: all of the region size below its header. */
+#define REGION_GUARD (MTP_REGION_SIZE - MTP_REGION_META_BYTES)
 
-_Static_assert(MTP_REGION_HEADER_PAGES < 8, "region header must stay small");
 /* A run lies in one bitmap word: a region's 64 pages are one word. */
 _Static_assert(WORDS == 1, "runs are searched within one bitmap word");
 
@@ -48,12 +50,11 @@ static void rlist_push_back(mtpi_rset_t *rs, mtpi_region_t *r) {
   rs->regions_tail = n;
 }
 
-/* Huge pages (MTPOOL_HUGEPAGES). The guard splits the region's mapping, so only the aligned huge
- * ranges past it can be huge: with 2 MiB huge pages, the region's upper half (32 of its 62 usable
- * pages). The advice covers everything past the guard (one mapping, not two). */
+/* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
+ * so each of its aligned huge ranges can be one huge page. */
 static unsigned huge_first(const mtpi_region_t *r) {
-  unsigned hp = r->h.huge_pages, guard = (unsigned)(sizeof(r->guard) / MTP_PAGE_SIZE);
-  return (guard + hp - 1) / hp * hp;
+  (void)r;
+  return 0;
 }
 
 static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
@@ -64,9 +65,8 @@ static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
    * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
   if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
   bool huge = mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && rs->mapped_bytes >= MTP_HUGE_AUTO_BYTES);
-  char *from = r->guard + sizeof(r->guard);
   /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
-  if (mtp__os_huge_advise(from, MTP_REGION_SIZE - sizeof(r->guard), huge) == 0 && huge)
+  if (mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge) == 0 && huge)
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
 }
 
@@ -90,7 +90,7 @@ static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t 
     while (hi < 64 && (which >> hi & 1)) hi++;
     uint64_t bits = run_mask(lo, hi - lo);
     which &= ~bits;
-    char *at = (char *)r + ((size_t)(wi * 64 + lo) << MTP_PAGE_SHIFT);
+    char *at = mtp__region_base(r) + ((size_t)(wi * 64 + lo) << MTP_PAGE_SHIFT);
     if (mtp__os_purge(at, (size_t)(hi - lo) << MTP_PAGE_SHIFT) != 0) continue;
     size_t len = (size_t)__builtin_popcountll(r->h.dirty_mask[wi] & bits) << MTP_PAGE_SHIFT;
     r->h.dirty_mask[wi] &= ~bits;
@@ -126,7 +126,7 @@ static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint6
     for (unsigned j = i; j < i + hp && due; j++)
       if (dirty >> (j % 64) & 1) due = page_due(&r->pages[j], now_ms, delay, force);
     if (!due) continue;
-    char *at = (char *)r + ((size_t)i << MTP_PAGE_SHIFT);
+    char *at = mtp__region_base(r) + ((size_t)i << MTP_PAGE_SHIFT);
     size_t len = (size_t)hp << MTP_PAGE_SHIFT;
     if (all_free) {
       purge_runs(rs, r, wi, bits, returned);
@@ -143,28 +143,25 @@ static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint6
 }
 
 static mtpi_region_t *region_new(mtpi_rset_t *rs) {
-  mtpi_region_t *r = mtp__os_map(MTP_REGION_SIZE, MTP_REGION_SIZE);
-  if (r == NULL) return NULL;
-  uintptr_t idx = (uintptr_t)r >> MTP_REGION_SHIFT;
-  if (idx >= MTP_CHUNKMAP_SIZE || mtp__os_guard(r->guard, sizeof(r->guard)) != 0) {
-    /* beyond the address bits the chunk map covers, or no guard to be had */
-    mtp__os_unmap(r, MTP_REGION_SIZE);
+  char *map = mtp__os_map_guarded(2 * MTP_REGION_SIZE, MTP_REGION_SIZE, REGION_GUARD);
+  if (map == NULL) return NULL;
+  mtpi_region_t *r = (mtpi_region_t *)(map + REGION_GUARD);
+  uintptr_t idx = (uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT;
+  if (idx >= MTP_CHUNKMAP_SIZE) { /* beyond the address bits the chunk map covers */
+    mtp__os_unmap_guarded(map, 2 * MTP_REGION_SIZE, REGION_GUARD);
     errno = ENOMEM;
     return NULL;
   }
   r->h.set = rs;
   for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
     r->pages[i].head = &r->pages[i]; /* every descriptor its own head until it is a TAIL */
-    if (i < FIRST_PAGE)
-      r->pages[i].kind = MTP_PAGE_HEADER;
-    else
-      r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
+    r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
   }
   r->h.free_pages = USABLE_PAGES;
   huge_advise(rs, r);
-  mtp__track_poison((char *)r + FIRST_PAGE * MTP_PAGE_SIZE, USABLE_PAGES * MTP_PAGE_SIZE);
+  mtp__track_poison(mtp__region_base(r), USABLE_PAGES * MTP_PAGE_SIZE);
   mtp__u8_store_relaxed(&mtp__chunkmap[idx], 1); /* relaxed: see region.h */
-  rs->mapped_bytes += MTP_REGION_SIZE;
+  rs->mapped_bytes += MTP_REGION_SIZE; /* its pages (the header is metadata) */
   rs->clean_bytes += USABLE_PAGES * MTP_PAGE_SIZE;
   rlist_push_front(rs, r);
   return r;
@@ -176,10 +173,11 @@ static void region_unmap(mtpi_rset_t *rs, mtpi_region_t *r) {
     rs->populate_len = 0;
   }
   rlist_remove(rs, r);
-  mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)r >> MTP_REGION_SHIFT], 0);
+  mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT], 0);
   rs->mapped_bytes -= MTP_REGION_SIZE;
   mtp__u64_add_relaxed(&rs->unmaps, 1); /* relaxed: see types.h */
-  mtp__os_unmap(r, MTP_REGION_SIZE); /* leaves no poison behind: anyone may map there next */
+  /* leaves no poison behind: anyone may map there next */
+  mtp__os_unmap_guarded(mtp__region_base(r) - MTP_REGION_SIZE, 2 * MTP_REGION_SIZE, REGION_GUARD);
 }
 
 /* Positions i (multiples of k) where bits i..i+k-1 of w are all set. */
@@ -292,7 +290,7 @@ static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsig
     end++;
   /* The caller takes the range (mtp__region_take_populate) and faults it in after dropping the
    * pool lock, so threads that grow at once do not queue behind each other's page zeroing. */
-  rs->populate_at = (char *)r + ((size_t)at << MTP_PAGE_SHIFT);
+  rs->populate_at = mtp__region_base(r) + ((size_t)at << MTP_PAGE_SHIFT);
   rs->populate_len = (size_t)(end - at) << MTP_PAGE_SHIFT;
   uint64_t now = mtp__os_now_ms();
   for (unsigned i = at + pages; i < end; i++) {
@@ -366,7 +364,7 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
 /* Pages first .. first + pages - 1 of r become free (and dirty) at now_ms. */
 static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned pages,
                      uint64_t now_ms) {
-  mtp__track_poison((char *)r + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
+  mtp__track_poison(mtp__region_base(r) + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
   for (unsigned i = first; i < first + pages; i++) {
     mtpi_desc_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
@@ -389,7 +387,7 @@ static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned
 }
 
 void mtp__region_free_run(mtpi_rset_t *rs, mtpi_desc_t *s, uint64_t now_ms) {
-  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  mtpi_region_t *r = mtp__region_of_desc(s);
   MTP_ASSERT(r->h.set == rs && s->kind != MTP_PAGE_FREE && s->kind != MTP_PAGE_TAIL);
   free_run(rs, r, (unsigned)(s - r->pages), s->pages, now_ms);
 }
@@ -421,7 +419,7 @@ mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *di
 }
 
 bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages) {
-  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  mtpi_region_t *r = mtp__region_of_desc(s);
   unsigned at = (unsigned)(s - r->pages), old = s->pages;
   MTP_ASSERT(r->h.set == rs && pages > old);
   if (at + pages > MTP_PAGES_PER_REGION) return false;
@@ -434,7 +432,7 @@ bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages) {
 }
 
 void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages, uint64_t now_ms) {
-  mtpi_region_t *r = mtp__region_of((uintptr_t)s);
+  mtpi_region_t *r = mtp__region_of_desc(s);
   unsigned at = (unsigned)(s - r->pages), old = s->pages;
   MTP_ASSERT(r->h.set == rs && pages >= 1 && pages < old);
   free_run(rs, r, at + pages, old - pages, now_ms);
@@ -461,7 +459,7 @@ size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool forc
       for (unsigned wi = 0; wi < WORDS; wi++) clean = clean && r->h.dirty_mask[wi] == 0;
       if (clean) {
         rs->clean_bytes -= USABLE_PAGES * MTP_PAGE_SIZE;
-        returned += FIRST_PAGE * MTP_PAGE_SIZE; /* the header pages go too */
+        returned += MTP_REGION_META_BYTES; /* the header goes too */
         region_unmap(rs, r);
       }
     }
@@ -483,8 +481,7 @@ bool mtp__region_dirty_left(mtpi_rset_t *rs) {
   return false;
 }
 
-bool mtp__region_listed(mtpi_rset_t *rs, const void *p) {
-  mtpi_region_t *r = mtp__region_of((uintptr_t)p);
+bool mtp__region_listed(mtpi_rset_t *rs, const mtpi_region_t *r) {
   for (mtpi_region_t *it = first(rs); it; it = next_of(it))
     if (it == r) return true;
   return false;
@@ -500,16 +497,12 @@ void mtp__region_validate(mtpi_rset_t *rs) {
   MTP_ASSERT(rs->regions_tail == mtp__list_last(rs->regions));
   for (mtpi_region_t *r = first(rs); r; r = next_of(r)) {
     MTP_ASSERT(r->h.set == rs);
-    MTP_ASSERT(mtp__is_region_ptr((uintptr_t)r));
+    MTP_ASSERT(mtp__is_region_ptr((uintptr_t)mtp__region_base(r)));
     unsigned free_pages = 0;
     for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
       mtpi_desc_t *d = &r->pages[i];
       bool is_free = r->h.free_mask[i / 64] >> (i % 64) & 1;
       bool dirty = r->h.dirty_mask[i / 64] >> (i % 64) & 1;
-      if (i < FIRST_PAGE) {
-        MTP_ASSERT(d->kind == MTP_PAGE_HEADER && !is_free && !dirty);
-        continue;
-      }
       MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
       MTP_ASSERT(!dirty || is_free);
       MTP_ASSERT((d->kind == MTP_PAGE_TAIL) == (d->head != d)); /* the free fast path's head */

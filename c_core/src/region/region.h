@@ -19,14 +19,24 @@ MTP_INLINE bool mtp__is_region_ptr(uintptr_t u) {
   uintptr_t idx = u >> MTP_REGION_SHIFT;
   return idx < MTP_CHUNKMAP_SIZE && mtp__u8_load_relaxed(&mtp__chunkmap[idx]) != 0;
 }
+/* The header of the region that holds u (it lies just below the region's pages). */
 MTP_INLINE mtpi_region_t *mtp__region_of(uintptr_t u) {
-  return (mtpi_region_t *)(u & ~(MTP_REGION_SIZE - 1));
+  return (mtpi_region_t *)((u & ~(MTP_REGION_SIZE - 1)) - MTP_REGION_META_BYTES);
 }
-/* The descriptor of u's page: region base + header + page index * 128, in shifts and masks. */
+/* The header of the region that descriptor d describes a page of (d lies in that header). */
+static inline mtpi_region_t *mtp__region_of_desc(const mtpi_desc_t *d) {
+  return mtp__region_of((uintptr_t)d + MTP_REGION_META_BYTES);
+}
+/* The first byte of r's pages. */
+static inline char *mtp__region_base(const mtpi_region_t *r) {
+  return (char *)r + MTP_REGION_META_BYTES;
+}
+/* The descriptor of u's page: region base - header + page index * 128, in shifts and masks. */
 MTP_INLINE mtpi_desc_t *mtp__page_desc(uintptr_t u) {
   _Static_assert(sizeof(mtpi_desc_t) == 128, "descriptor size is a shift");
   uintptr_t page_off = (u >> (MTP_PAGE_SHIFT - 7)) & ((MTP_PAGES_PER_REGION - 1) << 7);
-  return (mtpi_desc_t *)((u & ~(MTP_REGION_SIZE - 1)) + offsetof(mtpi_region_t, pages) + page_off);
+  return (mtpi_desc_t *)((u & ~(MTP_REGION_SIZE - 1)) - MTP_REGION_META_BYTES +
+                         offsetof(mtpi_region_t, pages) + page_off);
 }
 /* The descriptor that describes d's run: d itself, or for a TAIL page the run's first page
  * (one load, no branch: types.h). */
@@ -35,20 +45,20 @@ MTP_INLINE mtpi_desc_t *mtp__run_head(mtpi_desc_t *d) { return d->head; }
 MTP_INLINE mtpi_desc_t *mtp__run_of(uintptr_t u) { return mtp__run_head(mtp__page_desc(u)); }
 /* First byte of the memory d describes. */
 static inline char *mtp__page_start(const mtpi_desc_t *d) {
-  mtpi_region_t *r = mtp__region_of((uintptr_t)d);
-  return (char *)r + ((size_t)(d - r->pages) << MTP_PAGE_SHIFT);
+  mtpi_region_t *r = mtp__region_of_desc(d);
+  return mtp__region_base(r) + ((size_t)(d - r->pages) << MTP_PAGE_SHIFT);
 }
 /* The set (and so the pool) that owns d's region. */
 static inline mtpi_rset_t *mtp__page_set(const mtpi_desc_t *d) {
-  return mtp__region_of((uintptr_t)d)->h.set;
+  return mtp__region_of_desc(d)->h.set;
 }
 static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
   return n ? MTP_CONTAINER(n, mtpi_region_t, h.link) : NULL;
 }
 
-/* Pages a region hands out: the guard, header and descriptors take the first ones. */
-#define MTP_REGION_FIRST_PAGE MTP_REGION_HEADER_PAGES
-#define MTP_REGION_USABLE_PAGES (MTP_PAGES_PER_REGION - MTP_REGION_HEADER_PAGES)
+/* Pages a region hands out: all of them (its header is out of band). */
+#define MTP_REGION_FIRST_PAGE 0u
+#define MTP_REGION_USABLE_PAGES MTP_PAGES_PER_REGION
 
 /* All under the owning pool's lock. */
 /* A run of `pages` pages (1, 2, 4, 8 or 16), aligned to its length: its first descriptor, kind still
@@ -99,7 +109,7 @@ size_t mtp__region_dirty_bytes(mtpi_rset_t *rs);
 bool mtp__region_dirty_left(mtpi_rset_t *rs);
 void mtp__region_unmap_all(mtpi_rset_t *rs);
 /* Whether p lies in one of rs's regions (a walk of them: for rare checks only). */
-bool mtp__region_listed(mtpi_rset_t *rs, const void *p);
+bool mtp__region_listed(mtpi_rset_t *rs, const mtpi_region_t *r);
 /* MTP_DEBUG 2: the bitmaps and counts of every region of rs against the page descriptors. */
 void mtp__region_validate(mtpi_rset_t *rs);
 
