@@ -204,10 +204,10 @@ static int run_sites(const char *dir) {
   return 0; /* the blocks kept stay in use at exit */
 }
 
-static volatile int stop;
+static int stop; /* atomic accesses */
 static void *churner(void *arg) {
   (void)arg;
-  while (!stop) FREE(site_churn(256));
+  while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) FREE(site_churn(256));
   return NULL;
 }
 
@@ -232,7 +232,7 @@ static int run_fork(void) {
     int st;
     if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("child");
   }
-  stop = 1;
+  __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
   pthread_join(t, NULL);
   printf("parent %d\n", (int)getpid());
   return 0;
