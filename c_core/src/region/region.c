@@ -52,11 +52,6 @@ static void rlist_push_back(mtpi_rset_t *rs, mtpi_region_t *r) {
 
 /* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
  * so each of its aligned huge ranges can be one huge page. */
-static unsigned huge_first(const mtpi_region_t *r) {
-  (void)r;
-  return 0;
-}
-
 static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
   int mode = mtp__hugepages_mode();
   if (mode == MTP_HUGE_SYSTEM) return;
@@ -114,7 +109,7 @@ static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint6
   unsigned hp = r->h.huge_pages;
   if (hp == 0) return 0;
   uint64_t handled = 0;
-  for (unsigned i = huge_first(r); i + hp <= MTP_PAGES_PER_REGION; i += hp) {
+  for (unsigned i = 0; i + hp <= MTP_PAGES_PER_REGION; i += hp) {
     if (i / 64 != wi) continue;
     uint64_t bits = run_mask(i % 64, hp);
     bool all_free = (r->h.free_mask[wi] & bits) == bits, split = (r->h.huge_split[wi] & bits) != 0;
