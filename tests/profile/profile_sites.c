@@ -213,6 +213,9 @@ static void *churner(void *arg) {
 
 static int run_fork(void) {
   /* forks while another thread allocates (and samples, and takes the profiler's lock) */
+  /* The default pool exists before the thread starts: a fork while the thread ran its first-use
+   * pthread_once would leave ThreadSanitizer's once stuck in the child (glibc's reruns it). */
+  FREE(ALLOC(16));
   pthread_t t;
   if (pthread_create(&t, NULL, churner, NULL) != 0) fail("pthread_create");
   for (int round = 0; round < 20; round++) {
