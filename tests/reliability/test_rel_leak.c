@@ -57,11 +57,15 @@ static int phase(const char *name, int cycles, void (*fn)(int, void *), void *ar
   long vm1 = th_status_kb("VmSize"), rss1 = th_status_kb("VmRSS");
   printf("%-22s %6d cycles in %.1f s: VmSize %+ld kB, VmRSS %+ld kB\n", name, cycles,
          th_now() - t0, vm1 - vm0, rss1 - rss0);
-  /* a leak is a steady growth: over 1 MiB in all and over 256 B per cycle. Under sanitizers
-   * VmRSS also counts the shadow pages of every new address range mtpool maps, so only VmSize */
+  /* a leak is a steady growth: over 1 MiB in all and over 256 B per cycle. Under AddressSanitizer
+   * VmRSS also counts the shadow pages of every new address range mtpool maps, so only VmSize.
+   * Under ThreadSanitizer neither: its runtime's own records of the addresses threads synchronise
+   * on (one per atomic or lock address, each with a clock as wide as the threads seen) grow its
+   * VmSize by about 1 KB a cycle here while mtpool's mappings stay the same (strace); the cycles
+   * still run, for the races. */
   long allow = 1024;
   double per_vm = (vm1 - vm0) * 1024.0 / cycles, per_rss = (rss1 - rss0) * 1024.0 / cycles;
-  int grows = (vm1 - vm0 > allow && per_vm > 256) ||
+  int grows = (!TH_TSAN && vm1 - vm0 > allow && per_vm > 256) ||
               (!TH_ASAN && !TH_TSAN && rss1 - rss0 > allow && per_rss > 256);
   if (grows) {
     fprintf(stderr, "FAIL %s: memory grows by %.0f B per cycle (VmSize) / %.0f B (VmRSS)\n", name,
@@ -95,7 +99,7 @@ static mtp_pool_t *reuse_pool(int check) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int cycles = TH_TSAN ? 1500 : TH_ASAN ? 3000 : 8000;
+  int cycles = TH_TSAN ? 400 : TH_ASAN ? 3000 : 8000;
   int failed = 0;
   failed += phase("plain pool churn", cycles, plain_pools, NULL);
   failed += phase("checked pool churn", cycles, checked_pools, NULL);
