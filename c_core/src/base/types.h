@@ -404,14 +404,15 @@ struct mtpi_thread {
 };
 
 /* ------------------------------------------------------------------------------------------------
- * Large blocks (pool layer, large.c; every field under the large lock)
+ * Large blocks (pool layer, large.c and large_ranges.c; every field under the large lock)
  * ----------------------------------------------------------------------------------------------*/
 /* A record is LIVE (handed out: on its pool's `large` list) or CACHED (freed, its range kept for
  * reuse: on its pool's `large_cache` list, newest first). Both kinds stay in the hash, so that a
  * free of a cached block's address is told apart (a double free) from a foreign pointer; an
  * address whose range merged into the free range before it is no record's any more, and a free of
  * it is reported as a pointer mtpool did not hand out. A record's range [map, map + map_size)
- * lies inside one kernel mapping, named by `origin` (large.c); ranges of records never overlap. */
+ * lies inside one kernel mapping, named by `origin` (large_ranges.c); ranges of records never
+ * overlap. */
 typedef struct mtpi_large {
   void *ptr;  /* what the user holds */
   void *map;  /* the range's first page */
@@ -431,7 +432,7 @@ typedef struct mtpi_large {
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first
  * large_cached_count entries, in no order): a best-fit or neighbour search reads 32 bytes a range
  * from contiguous lines instead of a list of records, one cache miss each. */
-#define MTP_LARGE_MAX_CACHED 64 /* free ranges a pool keeps (large.c) */
+#define MTP_LARGE_MAX_CACHED 64 /* free ranges a pool keeps (large_ranges.c) */
 typedef struct mtpi_large_slot {
   char *map;
   size_t map_size;

@@ -3,105 +3,22 @@
  * one lock, tells a large block from a pointer mtpool never gave out; each pool lists its own so
  * that destroying the pool unmaps them all. A block's record is an internal record (base/meta.c):
  * out of band, and behind a guard page, so an overflow past the block's range cannot reach it.
- * Layer: pool.
- *
- * Ranges and mappings. Every record describes a range of pages [map, map + map_size) that lies in
- * one kernel mapping, named by the record's `origin` (a number, never reused): a fresh mmap starts
- * an origin; a range split off a record keeps its origin; a range that mremap moved starts a new
- * one. Records' ranges never overlap. So munmap of a record's range is always valid, and so is
- * mremap (the range is inside one mapping), and two free ranges merge only within one origin.
- *
- * The cache of free ranges. A freed block's range is kept (CACHED, see types.h) instead of being
- * unmapped, merged with the free ranges of its origin just before and after it, and a later large
- * allocation of the same pool reuses it: no mmap, no munmap, and its pages are not faulted in
- * again. Rules:
- *   - a fresh range of up to 4 MiB is carved from the pool's reserve (below), a bigger one mapped
- *     on its own.
- *   - take the smallest free range that holds the request (the largest, for a block realloc
- *     grows: it will want the room after it); as is when at most 1/4 larger (the usable size
- *     reported is the whole range, so it stays true), else split: the block takes the head, the
- *     tail stays cached (no system call; its pages stay resident for the next big request). Else
- *     map afresh. mremap only where it saves a copy, in realloc.
- *   - realloc grows a block into the free range just after it (same origin) without a system
- *     call; else by mremap, with room for an eighth more (a growing buffer usually grows again).
- *     A block that shrinks by more than a quarter gives its tail to the cache.
- *   - bound: a pool keeps at most MAX_CACHED free ranges and at most CACHE_FLOOR bytes plus a
- *     quarter of the bytes its live large blocks take; the oldest go first. The floor lets a
- *     program that frees and allocates a few blocks of several MiB in a loop (the common pattern)
- *     reuse them; the proportional part lets one with many large blocks keep its turnover without
- *     ever more than 1.25x its large-block footprint.
- *   - a free range goes back to the OS (munmap, counted in bytes_returned then) a tenth of the
- *     pool's purge delay after its free (its free time is stamped that much early,
- *     mtp__run_freed_at, base/base.h says why; a merged range counts from its newest free; the
- *     purge thread, pool.c), at trim and at pool destroy. A pool with a delay of 0 caches
- *     nothing. A checked pool caches nothing for reuse: it quarantines (quarantine_put) a freed
- *     block's range, inaccessible, so that a late access faults, the address is not handed out
- *     again at once and a second free is reported as a double free.
- * Free ranges are poisoned for AddressSanitizer while cached. */
-#define _GNU_SOURCE /* glibc's adaptive mutex initializer */
+ * Their ranges (the records' hash, the cache of free ranges, the reserve): large_ranges.c.
+ * Layer: pool. */
 #include <errno.h>
 #include <string.h>
 
-#include "base/fill.h"
 #include "base/os.h"
 #include "base/track.h"
-#include "pool.h"
+#include "large_ranges.h"
 
-#define HASH_BITS 12
 #define CANARY 0xCA
 #define CHECK_SLACK 16                     /* checked mode: canary bytes after the requested size */
-#define MAX_CACHED MTP_LARGE_MAX_CACHED /* free ranges a pool keeps; bounds the best-fit search */
-/* Bytes a pool may keep whatever it has in use: room for a few threads churning blocks of several
- * MiB to find a range that fits, rather than unmap the oldest and fault fresh mappings in
- * (bench/results/notes.md: large.c). Memory above the live blocks still goes back after a tenth of
- * the purge delay. */
-#define CACHE_FLOOR ((size_t)64 << 20)
-#define QUARANTINE_MAX ((size_t)32 << 20) /* checked pools: bytes of freed blocks held back */
-
-/* Spins a while before it sleeps, as a pool's lock does (mtp__os_lock_init says why). */
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
-pthread_mutex_t mtp__large_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
-#else
-pthread_mutex_t mtp__large_lock = PTHREAD_MUTEX_INITIALIZER;
-#endif
-static mtpi_large_t *hash[1u << HASH_BITS];
-
-static unsigned hash_of(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p >> 12; /* mappings are at least 4 KiB apart */
-  return (unsigned)((x * 0x9E3779B97F4A7C15ull) >> (64 - HASH_BITS));
-}
-
-static mtpi_large_t **find(const void *p) {
-  mtpi_large_t **pp = &hash[hash_of(p)];
-  while (*pp && (*pp)->ptr != p) pp = &(*pp)->hash_next;
-  return pp;
-}
-
-/* A record is filed at the head of its chain, so that the newest record for an address is found
- * first: while a thread moves a block (mremap, outside the lock), the old address may already be
- * mapped again by another thread, whose record then shadows the one about to move. */
-static void hash_insert(mtpi_large_t *rec) {
-  unsigned h = hash_of(rec->ptr);
-  rec->hash_next = hash[h];
-  hash[h] = rec;
-}
-
-/* Unfile the record itself (not whatever record has its address: see hash_insert), filed under
- * the address `key`. */
-static void hash_remove(mtpi_large_t *rec, const void *key) {
-  mtpi_large_t **pp = &hash[hash_of(key)];
-  while (*pp != rec) pp = &(*pp)->hash_next;
-  *pp = rec->hash_next;
-}
-
-static mtpi_large_t *rec_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_large_t, link); }
 
 static size_t page_round(size_t n) {
   size_t os_page = mtp__os_page_size();
   return (n + os_page - 1) & ~(os_page - 1);
 }
-
-static bool caches(const mtpi_pool_t *pool) { return !pool->check && pool->purge_delay_ms != 0; }
 
 /* A growing buffer's realloc without the large lock. Each thread remembers the block it resized
  * last: its address and range length, and `shrinks` as it read it then. `shrinks` counts every
@@ -145,183 +62,6 @@ static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   pool->large_allocs++;
 }
 
-/* Large lock held: rec (not cached, its range final) joins the pool's cache list, newest first,
- * and the search index. The caller has made room (MAX_CACHED). */
-static void cache_insert(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  MTP_ASSERT(pool->large_cached_count < MAX_CACHED);
-  rec->cached = true;
-  rec->slot = (uint32_t)pool->large_cached_count++;
-  pool->large_slots[rec->slot] = (mtpi_large_slot_t){rec->map, rec->map_size, rec->origin, rec};
-  mtp__list_push(&pool->large_cache, &rec->link);
-  pool->large_cached_bytes += rec->map_size;
-}
-
-/* Large lock held: take a cached record out of the cache list and the index (the last entry
- * takes its slot); it stays in the hash. */
-static void uncache(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  MTP_ASSERT(rec->slot < pool->large_cached_count && pool->large_slots[rec->slot].rec == rec);
-  mtp__list_remove(&pool->large_cache, &rec->link);
-  mtpi_large_slot_t *last = &pool->large_slots[--pool->large_cached_count];
-  pool->large_slots[rec->slot] = *last;
-  last->rec->slot = rec->slot;
-  pool->large_cached_bytes -= rec->map_size;
-}
-
-/* Large lock held: a cached record leaves the hash too; the caller unmaps it (unmap_rec). */
-static void drop_cached(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  uncache(pool, rec);
-  hash_remove(rec, rec->ptr);
-}
-
-/* Unmap a record's mapping (it is in no list and not in the hash) and free the record. Returns
- * the bytes that went back to the OS. */
-static size_t unmap_rec(mtpi_large_t *rec) {
-  size_t n = rec->map_size;
-  /* munmap of our own whole mapping fails only if the kernel is out of memory to split a
-   * mapping: the address space then stays mapped and is not counted as returned. */
-  if (mtp__os_unmap(rec->map, n) == 0)
-    mtp__u64_add_relaxed(&rec->pool->bytes_returned, n); /* relaxed: a statistic */
-  else
-    n = 0;
-  mtp__meta_free(rec, sizeof(*rec));
-  return n;
-}
-
-/* Records to unmap once the large lock is released, linked through hash_next. */
-static size_t unmap_list(mtpi_large_t *list) {
-  size_t n = 0;
-  while (list) {
-    mtpi_large_t *next = list->hash_next;
-    n += unmap_rec(list);
-    list = next;
-  }
-  return n;
-}
-
-static uint64_t origin_count; /* large lock: the last origin handed out (types.h) */
-
-/* The reserve. A pool that caches carves fresh ranges of up to RESERVE_TAKE_MAX bytes, in address
- * order, from one mapping of RESERVE_BYTES it keeps (pool->large_reserve*, large lock), instead of
- * mapping each: far fewer mmap calls (bench/results/notes.md: large.c). Carved ranges share the
- * reserve's origin, so free neighbours merge as split ranges do. The rest of the reserve is address
- * space no one has touched (so a range carved from it reads as zero, as calloc needs) and is not in
- * the statistics; trim and destroy unmap it. */
-#define RESERVE_BYTES ((size_t)64 << 20)
-/* Blocks up to 4 MiB are carved; bigger ones, which programs keep few of and may barely touch, are
- * mapped on their own: carved, they held more memory resident (bench/results/notes.md: large.c). */
-#define RESERVE_TAKE_MAX (RESERVE_BYTES / 16)
-
-/* Large lock held: `size` bytes off the reserve's head (and *origin), or NULL. */
-static char *reserve_carve(mtpi_pool_t *pool, size_t size, uint64_t *origin) {
-  if (pool->large_reserve_left < size) return NULL;
-  char *m = pool->large_reserve;
-  pool->large_reserve += size;
-  pool->large_reserve_left -= size;
-  *origin = pool->large_reserve_origin;
-  return m;
-}
-
-/* A fresh range of `size` bytes from pool's reserve, a new reserve mapped (no lock held across
- * the call) when the one there is short; NULL if the OS has none (the caller maps its own). */
-static char *reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin) {
-  pthread_mutex_lock(&mtp__large_lock);
-  char *m = reserve_carve(pool, size, origin);
-  pthread_mutex_unlock(&mtp__large_lock);
-  if (m != NULL) return m;
-  char *fresh = mtp__os_map(RESERVE_BYTES, mtp__os_page_size());
-  if (fresh == NULL) return NULL;
-  pthread_mutex_lock(&mtp__large_lock);
-  char *old = pool->large_reserve; /* another thread's, if two ran short at once */
-  size_t old_left = pool->large_reserve_left;
-  pool->large_reserve = fresh;
-  pool->large_reserve_left = RESERVE_BYTES;
-  pool->large_reserve_origin = ++origin_count;
-  m = reserve_carve(pool, size, origin);
-  pthread_mutex_unlock(&mtp__large_lock);
-  if (old_left != 0) (void)mtp__os_unmap(old, old_left); /* never touched: nothing to count */
-  return m;
-}
-
-/* Large lock held: the reserve's rest leaves the pool; the caller unmaps [*at, *at + *len). */
-static void reserve_drop(mtpi_pool_t *pool, char **at, size_t *len) {
-  *at = pool->large_reserve;
-  *len = pool->large_reserve_left;
-  pool->large_reserve = NULL;
-  pool->large_reserve_left = 0;
-}
-
-/* The freed pattern (base/fill.h) on a cached range's first bytes. Every record entering the
- * cache gets it (a freed block, a split tail, a remainder) and it is verified when the range is
- * handed out again, so a write after free into the start of a large block is reported then. No
- * system call; writes further in and reads are not found. A range is at least an OS page and ptr
- * is its start, so the pattern always fits. The range may be poisoned: peeked around. */
-static void freed_fill(mtpi_large_t *rec) {
-  mtp__track_peek(rec->ptr, MTP_FREED_BYTES);
-  mtp__fill_freed(rec->ptr);
-  mtp__track_unpeek(rec->ptr, MTP_FREED_BYTES);
-}
-
-/* Outside the large lock: the record is out of the cache. A cached range is never purged in place
- * (it is unmapped), so all zero is a write too: the exact check. */
-static bool freed_fill_ok(mtpi_large_t *rec) {
-  mtp__track_peek(rec->ptr, MTP_FREED_BYTES);
-  bool ok = mtp__fill_exact(rec->ptr);
-  mtp__track_unpeek(rec->ptr, MTP_FREED_BYTES);
-  return ok;
-}
-
-/* Large lock held: put rec (out of the cache, in the hash) into the cache as it is: no bound
- * check, no merge (its bytes were counted there before it was taken out for a split). */
-static void cache_link(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t free_time_ms) {
-  freed_fill(rec);
-  rec->free_time_ms = free_time_ms;
-  cache_insert(pool, rec);
-}
-
-/* Large lock held: cut rec's range at `at` bytes (OS-page aligned, inside it): rec keeps the head,
- * the tail's new record (same pool and origin; in no list, not in the hash) is returned; NULL when
- * no record could be had (rec is unchanged then). */
-static mtpi_large_t *split(mtpi_large_t *rec, size_t at) {
-  mtpi_large_t *t = mtp__meta_alloc(sizeof(*t)); /* meta lock after the large lock: pool.h */
-  if (t == NULL) return NULL;
-  t->ptr = t->map = (char *)rec->map + at;
-  t->map_size = rec->map_size - at;
-  t->pool = rec->pool;
-  t->origin = rec->origin;
-  rec->map_size = at;
-  return t;
-}
-
-/* Large lock held: a cached range for `need` bytes at `alignment` (0 or at most the OS page: any),
- * taken out of the cache, or NULL; `grow`: the block is expected to grow (realloc), so take the
- * largest range that fits rather than the smallest. A range more than 1/4 larger than needed is
- * split: its tail stays cached. */
-static mtpi_large_t *cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, bool grow) {
-  const mtpi_large_slot_t *best = NULL;
-  size_t os_page = mtp__os_page_size();
-  for (size_t i = 0; i < pool->large_cached_count; i++) {
-    const mtpi_large_slot_t *r = &pool->large_slots[i];
-    if (r->map_size < need || (alignment > os_page && ((uintptr_t)r->map & (alignment - 1)) != 0))
-      continue;
-    if (best == NULL || (grow ? r->map_size > best->map_size : r->map_size < best->map_size)) {
-      best = r;
-      if (!grow && r->map_size == need) break; /* no better fit */
-    }
-  }
-  if (best == NULL) return NULL;
-  mtpi_large_t *fit = best->rec;
-  uncache(pool, fit);
-  if (fit->map_size - need > need / 4) {
-    /* the head for the block, the tail stays cached (no record to be had: the whole range) */
-    mtpi_large_t *t = split(fit, need);
-    if (t != NULL) {
-      hash_insert(t);
-      cache_link(pool, t, fit->free_time_ms);
-    }
-  }
-  return fit;
-}
-
 /* The caller's now: no poison left on the block's range. */
 static void *hand_out(mtpi_large_t *rec) {
   mtp__track_handout(rec->map, rec->map_size);
@@ -342,13 +82,13 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   size_t os_page = mtp__os_page_size();
   size_t map_size = page_round(need + room);
   if (map_size == 0) map_size = os_page;
-  if (caches(pool)) {
+  if (mtp__large_caches(pool)) {
     pthread_mutex_lock(&mtp__large_lock);
-    mtpi_large_t *rec = cache_take(pool, map_size, alignment, room > 0);
+    mtpi_large_t *rec = mtp__large_cache_take(pool, map_size, alignment, room > 0);
     if (rec != NULL) make_live(pool, rec, size);
     pthread_mutex_unlock(&mtp__large_lock);
     if (rec != NULL) {
-      if (!freed_fill_ok(rec)) /* the caller gets the range all the same */
+      if (!mtp__large_freed_fill_ok(rec)) /* the caller gets the range all the same */
         mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
                    rec->ptr);
       void *p = hand_out(rec);
@@ -360,8 +100,8 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   if (rec == NULL) return NULL;
   uint64_t origin = 0;
   void *m = NULL;
-  if (caches(pool) && alignment <= os_page && map_size <= RESERVE_TAKE_MAX)
-    m = reserve_take(pool, map_size, &origin);
+  if (mtp__large_caches(pool) && alignment <= os_page && map_size <= MTP_LARGE_RESERVE_TAKE_MAX)
+    m = mtp__large_reserve_take(pool, map_size, &origin);
   if (m == NULL) m = mtp__os_map(map_size, alignment > os_page ? alignment : os_page);
   if (m == NULL) {
     mtp__meta_free(rec, sizeof(*rec));
@@ -373,8 +113,8 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   rec->map_size = map_size;
   rec->pool = pool;
   pthread_mutex_lock(&mtp__large_lock);
-  rec->origin = origin != 0 ? origin : ++origin_count;
-  hash_insert(rec);
+  rec->origin = origin != 0 ? origin : ++mtp__large_origin_count;
+  mtp__large_hash_insert(rec);
   make_live(pool, rec, size);
   pthread_mutex_unlock(&mtp__large_lock);
   return m;
@@ -400,70 +140,9 @@ static void unlive(mtpi_pool_t *pool, mtpi_large_t *rec) {
   pool->large_bytes -= rec->map_size;
 }
 
-/* Large lock held: cache the record just taken off the live list (still in the hash) if the bound
- * allows, merged with the cached ranges of its origin just before and after it, evicting the
- * oldest as needed onto *evict; false if it is not cached (the caller unhashes and unmaps it). A
- * record merged into the one before it is freed here: the caller must not touch rec after true. */
-static bool cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict) {
-  size_t cap = CACHE_FLOOR + pool->large_bytes / 4;
-  if (!caches(pool) || rec->map_size > cap) return false;
-  /* Poisoned for ASan before it is visible in the cache: once the lock is released another thread
-   * may take it and unpoison it for its own use. */
-  mtp__track_poison(rec->map, rec->map_size);
-  mtpi_large_t *before = NULL, *after = NULL;
-  for (size_t i = 0; i < pool->large_cached_count; i++) {
-    const mtpi_large_slot_t *r = &pool->large_slots[i];
-    if (r->origin != rec->origin) continue;
-    if (r->map + r->map_size == (char *)rec->map) before = r->rec;
-    if ((char *)rec->map + rec->map_size == r->map) after = r->rec;
-  }
-  if (after != NULL && rec->map_size + after->map_size <= cap) {
-    drop_cached(pool, after);
-    rec->map_size += after->map_size;
-    mtp__meta_free(after, sizeof(*after)); /* meta lock after the large lock: pool.h */
-  }
-  if (before != NULL && before->map_size + rec->map_size <= cap) {
-    uncache(pool, before);
-    before->map_size += rec->map_size;
-    hash_remove(rec, rec->ptr);
-    mtp__meta_free(rec, sizeof(*rec));
-    rec = before;
-  }
-  while (pool->large_cache != NULL && (pool->large_cached_count >= MAX_CACHED ||
-                                       pool->large_cached_bytes + rec->map_size > cap)) {
-    mtpi_large_t *old = rec_of(mtp__list_last(pool->large_cache));
-    drop_cached(pool, old);
-    old->hash_next = *evict;
-    *evict = old;
-  }
-  /* stamped as if freed earlier: due a tenth of the purge delay from now (base.h) */
-  cache_link(pool, rec, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
-  return true;
-}
-
-/* Large lock held: a checked pool's freed block (taken off the live list, still in the hash) stays
- * mapped but inaccessible (PROT_NONE), on the pool's cache list as CACHED so that a second free is
- * a double free and lookups skip it; never handed out again (checked pools do not take from the
- * cache). Bounded by the count and QUARANTINE_MAX (the oldest go onto *evict), and
- * unmapped by a purge after the delay, at trim and at destroy. false if the OS refused the
- * protection (the caller unmaps it). */
-static bool quarantine_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict) {
-  if (rec->map_size > QUARANTINE_MAX || mtp__os_guard(rec->map, rec->map_size) != 0) return false;
-  while (pool->large_cache != NULL && (pool->large_cached_count >= MAX_CACHED ||
-                                       pool->large_cached_bytes + rec->map_size > QUARANTINE_MAX)) {
-    mtpi_large_t *old = rec_of(mtp__list_last(pool->large_cache));
-    drop_cached(pool, old);
-    old->hash_next = *evict;
-    *evict = old;
-  }
-  rec->free_time_ms = mtp__os_now_ms();
-  cache_insert(pool, rec);
-  return true;
-}
-
 int mtp__large_free(void *p, size_t size, bool sized) {
   pthread_mutex_lock(&mtp__large_lock);
-  mtpi_large_t *rec = *find(p);
+  mtpi_large_t *rec = *mtp__large_find(p);
   if (rec == NULL) {
     pthread_mutex_unlock(&mtp__large_lock);
     return MTP_LARGE_NOT;
@@ -500,11 +179,12 @@ int mtp__large_free(void *p, size_t size, bool sized) {
   mtpi_pool_t *pool = rec->pool;
   unlive(pool, rec);
   mtpi_large_t *evict = NULL;
-  bool cached = pool->check ? quarantine_put(pool, rec, &evict) : cache_put(pool, rec, &evict);
-  if (!cached) hash_remove(rec, p);
+  bool cached = pool->check ? mtp__large_quarantine_put(pool, rec, &evict)
+                            : mtp__large_cache_put(pool, rec, &evict);
+  if (!cached) mtp__large_hash_remove(rec, p);
   pthread_mutex_unlock(&mtp__large_lock);
-  if (!cached) (void)unmap_rec(rec);
-  (void)unmap_list(evict);
+  if (!cached) (void)mtp__large_unmap_rec(rec);
+  (void)mtp__large_unmap_list(evict);
   return cached && !pool->check && pool->purge_delay_ms > 0 ? MTP_LARGE_CACHED : MTP_LARGE_FREED;
 }
 
@@ -514,7 +194,7 @@ size_t mtp__large_verify(mtpi_pool_t *pool, void (*found)(void *ctx, void *p, si
   size_t n = 0;
   pthread_mutex_lock(&mtp__large_lock);
   for (mtpi_node_t *it = pool->large; it != NULL; it = it->next) {
-    const mtpi_large_t *rec = rec_of(it);
+    const mtpi_large_t *rec = mtp__large_rec_of(it);
     const unsigned char *c = (const unsigned char *)rec->map + rec->size;
     for (size_t i = 0; i < rec->map_size - rec->size; i++)
       if (c[i] != CANARY) {
@@ -529,7 +209,7 @@ size_t mtp__large_verify(mtpi_pool_t *pool, void (*found)(void *ctx, void *p, si
 
 bool mtp__large_lookup(const void *p, size_t *usable, mtpi_pool_t **pool_out) {
   pthread_mutex_lock(&mtp__large_lock);
-  mtpi_large_t *rec = *find(p);
+  mtpi_large_t *rec = *mtp__large_find(p);
   if (rec && rec->cached) rec = NULL;
   if (rec) {
     *usable = rec->pool->check ? rec->size
@@ -547,7 +227,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
       mtp__load_acquire(&shrinks) == tl_last.shrinks)
     return p;
   pthread_mutex_lock(&mtp__large_lock);
-  mtpi_large_t *rec = *find(p);
+  mtpi_large_t *rec = *mtp__large_find(p);
   if (rec == NULL || rec->cached || rec->pool->check || rec->ptr != rec->map) {
     pthread_mutex_unlock(&mtp__large_lock);
     return NULL;
@@ -563,7 +243,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     return p;
   }
   mtpi_large_t *evict = NULL, *tail = NULL;
-  if (need > old_size && caches(pool)) {
+  if (need > old_size && mtp__large_caches(pool)) {
     /* Grow into the free range just after the block (same origin: the same mapping), taking what
      * the block wants and leaving the rest cached: no system call. */
     mtpi_large_t *nb = NULL;
@@ -572,12 +252,12 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
         nb = pool->large_slots[i].rec;
     if (nb != NULL && old_size + nb->map_size >= need) {
       size_t take = want - old_size;
-      drop_cached(pool, nb);
+      mtp__large_drop_cached(pool, nb);
       if (take < nb->map_size) { /* the rest of the range stays cached, at its new address */
         nb->map = nb->ptr = (char *)nb->map + take;
         nb->map_size -= take;
-        hash_insert(nb);
-        cache_link(pool, nb, nb->free_time_ms);
+        mtp__large_hash_insert(nb);
+        mtp__large_cache_link(pool, nb, nb->free_time_ms);
       } else {
         take = nb->map_size;
         tail = nb; /* its record goes (after the unlock) */
@@ -591,20 +271,20 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
       mtp__track_handout((char *)old + old_size, take);
       return p;
     }
-  } else if (need < old_size && caches(pool)) {
+  } else if (need < old_size && mtp__large_caches(pool)) {
     /* Shrink by more than a quarter: the tail goes to the cache (merged with a free range after
      * it), back to the OS after the pool's delay. */
     shrinks_bump(); /* before the tail is anyone else's */
-    tail = split(rec, need);
+    tail = mtp__large_split(rec, need);
     if (tail != NULL) {
       rec->size = size;
       pool->large_bytes -= tail->map_size;
-      hash_insert(tail);
-      bool cached = cache_put(pool, tail, &evict);
-      if (!cached) hash_remove(tail, tail->ptr);
+      mtp__large_hash_insert(tail);
+      bool cached = mtp__large_cache_put(pool, tail, &evict);
+      if (!cached) mtp__large_hash_remove(tail, tail->ptr);
       pthread_mutex_unlock(&mtp__large_lock);
-      if (!cached) (void)unmap_rec(tail);
-      (void)unmap_list(evict);
+      if (!cached) (void)mtp__large_unmap_rec(tail);
+      (void)mtp__large_unmap_list(evict);
       return p;
     }
   }
@@ -625,10 +305,10 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   pthread_mutex_lock(&mtp__large_lock);
   pool->large_bytes = pool->large_bytes - old_size + new_size;
   if (m != old) { /* a block that moved counts as an allocation and a free, as a copy does */
-    hash_remove(rec, old);
+    mtp__large_hash_remove(rec, old);
     rec->map = rec->ptr = m;
-    rec->origin = ++origin_count; /* a mapping of its own now */
-    hash_insert(rec);
+    rec->origin = ++mtp__large_origin_count; /* a mapping of its own now */
+    mtp__large_hash_insert(rec);
     pool->large_allocs++;
   }
   rec->map_size = new_size;
@@ -638,43 +318,23 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   return m;
 }
 
-size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool *left) {
-  mtpi_large_t *evict = NULL;
-  pthread_mutex_lock(&mtp__large_lock);
-  mtpi_node_t *next;
-  for (mtpi_node_t *it = pool->large_cache; it; it = next) {
-    next = it->next;
-    mtpi_large_t *rec = rec_of(it);
-    if (rec->free_time_ms > older_than_ms) continue;
-    drop_cached(pool, rec);
-    rec->hash_next = evict;
-    evict = rec;
-  }
-  if (left) *left = pool->large_cache != NULL;
-  char *rest = NULL;
-  size_t rest_len = 0;
-  if (older_than_ms == UINT64_MAX) reserve_drop(pool, &rest, &rest_len); /* trim */
-  pthread_mutex_unlock(&mtp__large_lock);
-  if (rest_len != 0) (void)mtp__os_unmap(rest, rest_len);
-  return unmap_list(evict); /* counted in bytes_returned there */
-}
-
 void mtp__large_destroy_pool(mtpi_pool_t *pool) {
   pthread_mutex_lock(&mtp__large_lock);
   while (pool->large) {
-    mtpi_large_t *rec = rec_of(pool->large);
+    mtpi_large_t *rec = mtp__large_rec_of(pool->large);
     unlive(pool, rec);
-    hash_remove(rec, rec->ptr);
-    (void)unmap_rec(rec);
+    mtp__large_hash_remove(rec, rec->ptr);
+    (void)mtp__large_unmap_rec(rec);
   }
   while (pool->large_cache) {
-    mtpi_large_t *rec = rec_of(pool->large_cache);
-    drop_cached(pool, rec);
-    (void)unmap_rec(rec);
+    mtpi_large_t *rec = mtp__large_rec_of(pool->large_cache);
+    mtp__large_drop_cached(pool, rec);
+    (void)mtp__large_unmap_rec(rec);
   }
   char *rest;
   size_t rest_len;
-  reserve_drop(pool, &rest, &rest_len);
+  mtp__large_reserve_drop(pool, &rest, &rest_len);
   pthread_mutex_unlock(&mtp__large_lock);
   if (rest_len != 0) (void)mtp__os_unmap(rest, rest_len);
 }
+

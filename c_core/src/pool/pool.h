@@ -1,8 +1,9 @@
 /* The pool layer: what a pool's threads share. The registry of pools (registry.c); the slabs no
  * thread owns: detached ones waiting for adoption and empty ones kept for their class (slabs.c);
  * purging and the purge thread (purge.c); the default pool and the fork handlers (process.c);
- * medium blocks (medium.c) and large blocks (large.c). Per-thread state (heaps, their caches) is
- * the heap layer's; this layer sees a heap only as its membership (mtpi_member_t).
+ * medium blocks (medium.c) and large blocks (large.c; their ranges and the cache of free ones,
+ * large_ranges.c). Per-thread state (heaps, their caches) is the heap layer's; this layer sees a
+ * heap only as its membership (mtpi_member_t).
  *
  * News, not calls up: a function here that makes a purge due (pages freed, a slab kept empty)
  * says so to its caller (mtp__pool_unlock's result, a `due` result or out-parameter), and the
@@ -154,7 +155,7 @@ bool mtp__medium_resize(void *p, size_t size, bool *due);
 /* The usable size of a medium block (its pages). */
 static inline size_t mtp__medium_usable(const mtpi_desc_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
 
-/* ---- large blocks (large.c; a freed block's mapping is cached: see there) ---- */
+/* ---- large blocks (large.c; a freed block's range is cached: large_ranges.c) ---- */
 /* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held. */
 void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 /* The same, zeroed (calloc), for a pool that is not checked; a fresh mapping is not written. */

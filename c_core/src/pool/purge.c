@@ -61,8 +61,8 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
   mtp__pool_release_empty_locked(p, cutoff);
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
   mtp__u64_add_relaxed(&p->bytes_returned, n);
-  bool large_left = false; /* cached large ranges: counted in bytes_returned by large.c */
-  n += mtp__large_purge(p, cutoff, &large_left); /* cached ranges are stamped early: large.c */
+  bool large_left = false; /* cached large ranges: counted in bytes_returned by large_ranges.c */
+  n += mtp__large_purge(p, cutoff, &large_left); /* cached ranges stamped early: large_ranges.c */
   if (pending) {
     bool left = large_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_bytes(member_of(it)) != 0;
