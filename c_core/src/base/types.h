@@ -464,7 +464,7 @@ struct mtp_pool {
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
   uint64_t medium_allocs;              /* cumulative medium blocks (pool/medium.c) */
-  /* checked mode's quarantine (heap/checked.c): freed blocks held back from reuse, oldest at
+  /* checked mode's quarantine (heap/checked_verify.c): freed blocks held back from reuse, oldest at
    * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
    * checked free) */
   void **quarantine;

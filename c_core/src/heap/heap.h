@@ -7,7 +7,8 @@
  *   slabs.c    the heap's slabs: taking a block, exhausted slabs, the free slow paths, give-back
  *   shared.c   the pool's shared heaps, which serve a thread's first blocks of a class
  *   thread.c   thread records, binding heaps to pools, the allocation entry points, thread exit
- *   checked.c  checked mode: a pool whose every operation runs under its lock, validated
+ *   checked.c  checked mode: a pool whose every operation runs under its lock, validated (the
+ *              quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c)
  * Layer: heap (above pool). */
 #ifndef MTP_HEAP_H
 #define MTP_HEAP_H
@@ -161,7 +162,7 @@ void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero);
  * from emptying can be retired. No lock held. */
 void mtp__heap_unlist(mtpi_pool_t *pool);
 
-/* ---- checked.c ---- */
+/* ---- checked.c (mtp__checked_verify: checked_verify.c) ---- */
 void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized);
 /* Whether p is the user's address of a live block of checked slab s; *usable: its requested
