@@ -6,6 +6,7 @@
  *   reuse.c    the reuse lists: blocks the thread freed into its own slabs, handed out first
  *   slabs.c    the heap's slabs: taking a block, exhausted slabs, the free slow paths, give-back
  *   shared.c   the pool's shared heaps, which serve a thread's first blocks of a class
+ *   profile.c  the sampled heap profiler (its records and their writer: profile_records.c)
  *   thread.c   thread records, binding heaps to pools, the allocation entry points, thread exit
  *   checked.c  checked mode: a pool whose every operation runs under its lock, validated (the
  *              quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c)
@@ -134,7 +135,7 @@ mtpi_block_t *mtp__shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, 
 void mtp__heap_shared_trim(mtpi_pool_t *pool);
 void mtp__heap_shared_trim_all(void);
 
-/* ---- profile.c: the sampled heap profiler (MTPOOL_PROFILE; profile.c says how it works) ---- */
+/* ---- profile.c (says how it works), profile_records.c: the profiler (MTPOOL_PROFILE) ---- */
 /* Whether profiling is on: set once at start-up, before the program's threads. While on, the
  * default heap pointer stays at the empty sentinel and every default-pool allocation comes to
  * mtp__heap_alloc_slow. */

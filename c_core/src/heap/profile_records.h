@@ -1,0 +1,74 @@
+/* What profile_records.c gives profile.c: the tables of call stacks and of live samples, the state
+ * that start-up writes, the dumps on a signal; and the unwinder both call. Included by those two
+ * files only. Layer: heap (inside the room). */
+#ifndef MTP_HEAP_PROFILE_RECORDS_H
+#define MTP_HEAP_PROFILE_RECORDS_H
+
+#include <signal.h>
+
+#include "heap.h"
+
+/* The unwinder is glibc's (execinfo.h). Elsewhere (musl) MTPOOL_PROFILE is ignored and
+ * mtp_profile_dump fails with ENOTSUP. */
+#if defined(__GLIBC__)
+#include <execinfo.h>
+#define MTP_PROF_UNWINDER 1
+#else
+#define MTP_PROF_UNWINDER 0
+static inline int backtrace(void **buf, int n) {
+  (void)buf;
+  (void)n;
+  return 0;
+}
+static inline void backtrace_symbols_fd(void *const *buf, int n, int fd) {
+  (void)buf;
+  (void)n;
+  (void)fd;
+}
+#endif
+
+#pragma GCC visibility push(hidden)
+
+#define MTP_PROF_MAX_DEPTH 48 /* frames kept per stack */
+/* distinct stacks (a power of two); beyond them, one "other" entry */
+#define MTP_PROF_STACK_SLOTS 16384
+/* live samples (a power of two), at most MTP_PROF_LIVE_MAX of them */
+#define MTP_PROF_LIVE_SLOTS (1u << 20)
+#define MTP_PROF_LIVE_MAX (MTP_PROF_LIVE_SLOTS / 2)
+
+typedef struct prof_stack {
+  uint64_t hash;  /* 0: slot unused */
+  uint64_t live_count, live_bytes, alloc_count, alloc_bytes;
+  uint64_t est_bytes; /* the leak list's estimate of live_bytes (exit only) */
+  uint32_t depth;
+  void *pc[MTP_PROF_MAX_DEPTH];
+} prof_stack_t;
+
+typedef struct prof_live {
+  uintptr_t ptr; /* 0: empty (deletion shifts the cluster back: no tombstones) */
+  uint32_t stack;
+  uint64_t bytes; /* what was charged */
+} prof_live_t;
+
+/* Defined in profile_records.c, where each one's comment says who writes it, under which lock. */
+extern pthread_mutex_t mtp__prof_lock;
+extern prof_stack_t *mtp__prof_stacks;
+extern prof_live_t *mtp__prof_live;
+extern uint32_t mtp__prof_live_n;
+extern uint64_t mtp__prof_rate;
+extern char mtp__prof_path[4096];
+extern volatile sig_atomic_t mtp__prof_dump_pending;
+extern MTP_TLS bool mtp__tl_prof_busy;
+
+/* mtp__prof_lock held: stack pc's slot in the table, made if new (the "other" slot when full). */
+uint32_t mtp__prof_stack_slot(void *const *pc, uint32_t depth);
+/* mtp__prof_lock held: p is a live sample of stack slot `stack`, charged `bytes`. */
+void mtp__prof_live_insert(uintptr_t p, uint32_t stack, uint64_t bytes);
+/* The dump a signal left for later (mtp__prof_dump_pending), now if the tables are free. */
+void mtp__prof_dump_on_signal_pending(void);
+/* MTPOOL_PROFILE_SIGNAL's handler: a numbered dump, now or left to the next sample. */
+void mtp__prof_on_signal(int sig);
+
+#pragma GCC visibility pop
+
+#endif
