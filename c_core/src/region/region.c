@@ -198,13 +198,27 @@ static uint64_t runs_any(uint64_t w, unsigned k) {
   return w;
 }
 
+/* The pages of r that are resident: the dirty ones, and in a region advised for huge pages every
+ * page of a huge range (not split) that holds a page in use or dirty, since one huge page backs
+ * it all. Taking free pages there first fills the huge pages already faulted in before a new one
+ * is. */
+static uint64_t resident(const mtpi_region_t *r) {
+  uint64_t w = r->h.dirty_mask[0];
+  unsigned hp = r->h.huge_pages;
+  for (unsigned i = 0; hp != 0 && i + hp <= 64; i += hp) {
+    uint64_t bits = run_mask(i, hp);
+    if ((r->h.huge_split[0] & bits) == 0 && ((~r->h.free_mask[0] | w) & bits) != 0) w |= bits;
+  }
+  return w;
+}
+
 /* Where a run of `pages` free pages of r may start (bit i: at page i): at multiples of `pages`
  * if aligned (slabs), else anywhere (medium blocks); over resident pages only if dirty_only.
  * *within (if not NULL): the pages searched. */
 static uint64_t run_starts(const mtpi_region_t *r, unsigned pages, bool aligned, bool dirty_only,
                            uint64_t *within) {
   uint64_t w = r->h.free_mask[0];
-  if (dirty_only) w &= r->h.dirty_mask[0];
+  if (dirty_only) w &= resident(r);
   if (within != NULL) *within = w;
   return aligned ? runs_of(w, pages) : runs_any(w, pages);
 }
@@ -340,9 +354,11 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
    * heap's first slab of a class claims nothing: a thread that allocates a little takes its pages
    * beside other such threads' (else thousands of short-lived threads hold a region each, and every
    * search walks them all under the pool lock; bench/results/notes.md: region.c), while a few
-   * threads keep a region each, first slabs included. */
+   * threads keep a region each, first slabs included. A region advised for huge pages is claimed
+   * by none: its faults are one per huge page, and threads that share the huge page being filled
+   * leave one partly used, not one each. */
   if (hint != NULL && (grow || rs->claimed < MTP_REGION_FREE_CLAIMS) && found != mine &&
-      found->h.claim == NULL) {
+      found->h.claim == NULL && found->h.huge_pages == 0) {
     mtp__region_unclaim(hint);
     found->h.claim = hint;
     rs->claimed++;

@@ -65,7 +65,8 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
- * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed; so threads that
+ * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed (never a region
+ * advised for huge pages, whose huge pages already faulted in count as resident); so threads that
  * grow at once fault pages in different regions. grow: the caller has filled a run of this kind
  * before (a class's second slab or later): only such runs taken from never-touched pages in a
  * row have the run and a window after it faulted in at once (see mtp__region_take_populate),
