@@ -14,8 +14,9 @@
 #include "testhelper.h"
 
 static void test_parse(void) {
-  CHECK(mtp__hugepages_parse(NULL) == MTP_HUGE_SYSTEM);
-  CHECK(mtp__hugepages_parse("") == MTP_HUGE_SYSTEM);
+  CHECK(mtp__hugepages_parse(NULL) == MTP_HUGE_AUTO); /* the default */
+  CHECK(mtp__hugepages_parse("") == MTP_HUGE_AUTO);
+  CHECK(mtp__hugepages_parse("system") == MTP_HUGE_SYSTEM);
   CHECK(mtp__hugepages_parse("0") == MTP_HUGE_NEVER);
   CHECK(mtp__hugepages_parse("never") == MTP_HUGE_NEVER);
   CHECK(mtp__hugepages_parse("off") == MTP_HUGE_NEVER);
@@ -253,8 +254,9 @@ int main(int argc, char **argv) {
   }
   static const struct {
     const char *arg, *env;
-  } runs[] = {{"system", "MTPOOL_HUGEPAGES"}, {"never", "MTPOOL_HUGEPAGES=0"},
-              {"huge", "MTPOOL_HUGEPAGES=1"}, {"auto", "MTPOOL_HUGEPAGES=auto"}};
+  } runs[] = {{"default", "MTPOOL_HUGEPAGES"},        {"system", "MTPOOL_HUGEPAGES=system"},
+              {"never", "MTPOOL_HUGEPAGES=0"},       {"huge", "MTPOOL_HUGEPAGES=1"},
+              {"auto", "MTPOOL_HUGEPAGES=auto"}};
   for (unsigned i = 0; i < sizeof runs / sizeof runs[0]; i++) {
     char *args[] = {argv[0], (char *)runs[i].arg, NULL};
     const char *env[] = {runs[i].env, NULL};

@@ -3,14 +3,15 @@
 # footprint and give-back workloads of bench/mtpool_proc, and print medians (tools/hugepages/summary.py).
 #   bash tools/hugepages/measure.sh BUILD_DIR [RUNS] [MODES]
 # BUILD_DIR: a Release build with -DMTPOOL_BUILD_BENCH=ON (mtpool_proc, mtpool_proc_cow,
-# malloc/libmtpool-malloc.so). MODES: MTPOOL_HUGEPAGES values, "-" for unset (default "- 1 auto").
+# malloc/libmtpool-malloc.so). MODES: MTPOOL_HUGEPAGES values, "-" for unset, i.e. the default
+# (default "system - 1").
 # HUGE_ONLY=REGEX runs only the workloads whose tag matches (seed40 seed9 cow40 cow9 preload40
 # fp_list_int fp_list_str40 fp_map_int giveback); HUGE_DELAY_MS sets footprint/giveback's --delay-ms.
 # Each run: /usr/bin/time (wall, user, sys, minor faults, peak RSS) around one fresh process.
 set -euo pipefail
 build=${1:?build dir}
 runs=${2:-5}
-modes=${3:-"- 1 auto"}
+modes=${3:-"system - 1"}
 out=${HUGE_OUT:-$build/hugepages.jsonl}
 : >"$out"
 thp=/sys/kernel/mm/transparent_hugepage

@@ -40,10 +40,10 @@ void mtp__options_sanitize(mtp_options_t *opt) {
 }
 
 int mtp__hugepages_parse(const char *v) {
-  if (v == NULL || *v == 0) return MTP_HUGE_SYSTEM;
+  if (v == NULL || *v == 0 || strcmp(v, "auto") == 0) return MTP_HUGE_AUTO;
+  if (strcmp(v, "system") == 0) return MTP_HUGE_SYSTEM;
   if (strcmp(v, "0") == 0 || strcmp(v, "never") == 0 || strcmp(v, "off") == 0) return MTP_HUGE_NEVER;
   if (strcmp(v, "1") == 0 || strcmp(v, "always") == 0 || strcmp(v, "on") == 0) return MTP_HUGE_ALWAYS;
-  if (strcmp(v, "auto") == 0) return MTP_HUGE_AUTO;
   return -1;
 }
 
@@ -53,7 +53,7 @@ int mtp__hugepages_mode(void) {
   int m = mtp__int_load_relaxed(&cached);
   if (m < 0) {
     m = mtp__hugepages_parse(getenv("MTPOOL_HUGEPAGES"));
-    if (m < 0) m = MTP_HUGE_SYSTEM; /* not a value we know: keep the default, as the others */
+    if (m < 0) m = MTP_HUGE_AUTO; /* not a value we know: keep the default, as the others */
     mtp__int_store_relaxed(&cached, m);
   }
   return m;
