@@ -38,9 +38,8 @@ static uint64_t stack_hash(void *const *pc, uint32_t depth) {
  * full. */
 uint32_t mtp__prof_stack_slot(void *const *pc, uint32_t depth) {
   uint64_t h = stack_hash(pc, depth);
-  uint32_t mask = MTP_PROF_STACK_SLOTS - 2; /* the last slot is kept for "other" */
-  for (uint32_t i = (uint32_t)h & mask, n = 0; n < MTP_PROF_STACK_SLOTS - 1;
-       n++, i = (i + 1) & mask) {
+  const uint32_t slots = MTP_PROF_STACK_SLOTS - 1; /* the last slot is kept for "other" */
+  for (uint32_t i = (uint32_t)(h % slots), n = 0; n < slots; n++, i = i + 1 == slots ? 0 : i + 1) {
     prof_stack_t *s = &mtp__prof_stacks[i];
     if (s->hash == 0) {
       s->hash = h;
