@@ -21,7 +21,8 @@
 #   fuzz      clang build with libFuzzer: the fuzz target for about a minute (ctest -L fuzz)
 #   valgrind  Valgrind-annotated build: memcheck tests (ctest -L valgrind)
 #   consumer  install, then build a consumer project with find_package(mtpool) and pkg-config
-#   clang     clang build, -Werror: every ctest test
+#   clang     clang build, -Werror: every ctest test but the long randomized runs (stress, fuzz
+#             replay, leak), which the release, sanitizer and musl stages run
 #   buildtypes  build only, -Werror: the build types and MTPOOL_DEBUG levels the other stages do
 #             not build, with gcc and clang (see the stage for the list); nothing is run but the
 #             drop-in malloc's tests in the gcc Debug build at level 2 (the validity checkers)
@@ -30,8 +31,8 @@
 #             and the drop-in malloc's tests, and a plain musl program on the drop-in (preloaded
 #             through musl's loader, and linked statically) that must allocate from mtpool
 #   libcxx    the C++ adapter's tests with clang++-16 -stdlib=libc++ (libc++ 16) at C++11, 17
-#             and 20, and with clang++-14 and libc++ 14 (unpacked beside 16: no <memory_resource>,
-#             so everything but pmr, and the pmr header's #error checked)
+#             and 20, and with clang++-14 and libc++ 14 at C++11 and 17 (unpacked beside 16: no
+#             <memory_resource>, so everything but pmr, and the pmr header's #error checked)
 #   package   Debian packages (cpack): installed with apt-get, the consumer project built against
 #             /usr, `man -w 3 mtpool`, then the packages removed again
 #   abi       exported symbols, soname and public structure layout equal abi/'s lists
@@ -217,16 +218,19 @@ for stage in $stages; do
       # The header checks already ran with both compilers in the release stage. Debian 12's
       # Valgrind (3.19) cannot read clang 14's DWARF 5 debug information: the Valgrind runs of the
       # drop-in malloc stay with the gcc builds (stages malloc and valgrind).
-      run_ctest clang "$out/clang" -E '^(cxx_headers_|malloc_valgrind_)'
+      # The long randomized runs (stress, fuzz replay, leak) run in the release, sanitizer and
+      # musl stages; here the unit, API, multi-threaded, C++ and drop-in tests.
+      run_ctest clang "$out/clang" -E '^(cxx_headers_|malloc_valgrind_|test_rel_(stress|fuzz_replay|leak)$)'
       ;;
     buildtypes)
-      # Every build type and MTPOOL_DEBUG level builds with -Werror under both compilers: warnings
-      # differ with the optimiser (-O0 vs -O2 vs -Os) and with the core's assert levels. Build
+      # Build types and MTPOOL_DEBUG levels the other stages do not build, with -Werror: warnings
+      # differ with the optimiser (-O0, -O2, -O3, -Os) and with the core's assert levels. Build
       # only (library, drop-in malloc, tests, examples, tools), nothing run. The other stages
-      # already build gcc RelWithDebInfo at levels 0 (release) and 2 (asan) and clang
-      # RelWithDebInfo at 0 (clang); these fill in the rest so that each compiler sees each build
-      # type and each level at least once.
-      for combo in gcc:Debug:2 gcc:Release:1 gcc:MinSizeRel:0 clang:Debug:1 clang:Release:2 clang:MinSizeRel:0; do
+      # build gcc RelWithDebInfo at levels 0 (release) and 2 (asan), clang RelWithDebInfo at 0
+      # (clang) and 2 (fuzz, its target); these three add -O0 and gcc's -O3 (where gcc's flow
+      # warnings show) and -Os, so that each compiler sees each level and every build type is
+      # built once.
+      for combo in gcc:Debug:2 gcc:Release:1 clang:MinSizeRel:1; do
         IFS=: read -r cc type level <<<"$combo"
         if [ "$cc" = gcc ]; then cxx=g++; else cxx=clang++; fi
         dir="$out/bt-$cc-$type-$level"
@@ -288,7 +292,8 @@ for stage in $stages; do
       run_ctest musl-dynamic "$out/musl" -E '^test_bug_dlclose$'
       configure_build "$out/musl-static" "" -DCMAKE_TOOLCHAIN_FILE="$tc" -DMTPOOL_MUSL_STATIC=ON \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo
-      run_ctest musl-static "$out/musl-static" -E '^test_bug_dlclose$'
+      # the static link's own concern is linking: the long randomized runs ran in musl-dynamic
+      run_ctest musl-static "$out/musl-static" -E '^(test_bug_dlclose|test_rel_(stress|fuzz_replay|leak))$'
       ;;
     libcxx)
       # GoogleTest built once per libc++ from Debian's sources (libgtest-dev is libstdc++'s).
@@ -297,7 +302,8 @@ for stage in $stages; do
       lc14=$(libcxx14_root "$out/libcxx14-pkg")
       lc14_inc="-nostdinc++ -isystem $lc14/usr/lib/llvm-14/include/c++/v1"
       lc14_link="-stdlib=libc++ -Wno-unused-command-line-argument -L$lc14/usr/lib/llvm-14/lib -Wl,-rpath,$lc14/usr/lib/llvm-14/lib"
-      cxx_targets="mtpool_cxx_tests mtpool_cxx_tests_cxx11 mtpool_cxx_tests_cxx20 test_visit_cxx
+      # the suite at C++11 and 17 with both, at C++20 with libc++ 16 (the mode checks: all three)
+      cxx_targets="mtpool_cxx_tests mtpool_cxx_tests_cxx11 test_visit_cxx
                    mtpool_malloc cxx_modes_cxx11 cxx_modes_cxx14 cxx_modes_cxx17 cxx_modes_cxx20
                    cxx_unconstrained_ops_cxx11 cxx_unconstrained_ops_cxx14
                    cxx_unconstrained_ops_cxx17 cxx_unconstrained_ops_cxx20"
@@ -305,7 +311,11 @@ for stage in $stages; do
       cxx_re='^(mtpool_cxx_tests.*|cxx_modes_.*|cxx_unconstrained_.*|cxx_checked_mode|cxx_headers_clang_.*|test_visit_cxx|malloc_cxx_tests)$'
       for v in 16 14; do
         gt="$out/libcxx$v-gtest"
-        if [ "$v" = 16 ]; then flags="-stdlib=libc++" link=""; else flags=$lc14_inc link=$lc14_link; fi
+        if [ "$v" = 16 ]; then
+          flags="-stdlib=libc++" link="" cxx20=ON targets="$cxx_targets mtpool_cxx_tests_cxx20"
+        else
+          flags=$lc14_inc link=$lc14_link cxx20=OFF targets=$cxx_targets
+        fi
         if [ ! -f "$gt/prefix/lib/cmake/GTest/GTestConfig.cmake" ]; then
           cmake -S /usr/src/googletest -B "$gt" -DCMAKE_C_COMPILER=clang-$v -DCMAKE_CXX_COMPILER=clang++-$v \
             -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$link" -DBUILD_GMOCK=OFF \
@@ -313,9 +323,9 @@ for stage in $stages; do
           cmake --build "$gt" -j"$jobs" >/dev/null
           cmake --install "$gt" >/dev/null
         fi
-        configure_build "$out/libcxx$v" "$cxx_targets" -DCMAKE_C_COMPILER=clang-$v \
+        configure_build "$out/libcxx$v" "$targets" -DCMAKE_C_COMPILER=clang-$v \
           -DCMAKE_CXX_COMPILER=clang++-$v -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$link" \
-          -DCMAKE_SHARED_LINKER_FLAGS="$link" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_CXX20_SUITE=ON \
+          -DCMAKE_SHARED_LINKER_FLAGS="$link" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPOOL_CXX20_SUITE=$cxx20 \
           -DGTest_DIR="$gt/prefix/lib/cmake/GTest" -DMTPOOL_BUILD_EXAMPLES=OFF
         run_ctest "libcxx$v" "$out/libcxx$v" -R "$cxx_re"
       done
