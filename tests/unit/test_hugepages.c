@@ -194,6 +194,46 @@ static void test_huge_purge(void) {
   CHECK(!mtp__is_region_ptr((uintptr_t)upper_at));
 }
 
+/* In the child: large blocks are carved from a reserve that takes the setting's advice: huge from
+ * the start (1), once the pool's large blocks take MTP_HUGE_AUTO_LARGE_BYTES (auto), never (0),
+ * or none (system). */
+static void test_large_reserve(void) {
+  int mode = mtp__hugepages_mode();
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  opt.name = "huge-large";
+  opt.purge_delay_ms = 60000;
+  mtp_pool_t *p = mtp_pool_create(&opt);
+  REQUIRE(p != NULL, "a pool");
+  enum { N = 16, SIZE = 1 << 20 }; /* 16 MiB: twice auto's threshold */
+  static char *blk[N];
+  for (unsigned i = 0; i < N; i++) {
+    blk[i] = mtp_pool_alloc(p, SIZE);
+    REQUIRE(blk[i] != NULL, "a large block");
+    memset(blk[i], 5, SIZE);
+  }
+  char first[512] = "", last[512] = "";
+  long ahp0, ahp1;
+  REQUIRE(smaps_of(blk[0], first, sizeof first, &ahp0) == 0 && smaps_of(blk[N - 1], last, sizeof last, &ahp1) == 0,
+          "smaps entries");
+  printf("  large blocks: first VmFlags:%s  last VmFlags:%s  last mapping's AnonHugePages %ld kB\n", first, last, ahp1);
+  if (mode == MTP_HUGE_ALWAYS) {
+    CHECK(has_flag(first, "hg") && has_flag(last, "hg"));
+  } else if (mode == MTP_HUGE_AUTO) { /* the first ones below the threshold, the last above */
+    CHECK(has_flag(first, "nh") && !has_flag(first, "hg"));
+    CHECK(has_flag(last, "hg") && !has_flag(last, "nh"));
+  } else if (mode == MTP_HUGE_NEVER) {
+    CHECK(has_flag(first, "nh") && has_flag(last, "nh") && !has_flag(last, "hg"));
+  } else {
+    CHECK(!has_flag(first, "nh") && !has_flag(first, "hg") && !has_flag(last, "hg"));
+  }
+  for (unsigned i = 0; i < N; i++) {
+    CHECK(blk[i][SIZE - 1] == 5);
+    mtp_free(blk[i]);
+  }
+  mtp_pool_destroy(p);
+}
+
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */
 static void test_pool_gives_back(void) {
   mtp_options_t opt;
@@ -240,6 +280,7 @@ int main(int argc, char **argv) {
   if (argc > 1) { /* a child: MTPOOL_HUGEPAGES is set (or not) by the parent */
     RUN(test_advice);
     if (strcmp(argv[1], "huge") == 0) RUN(test_huge_purge);
+    RUN(test_large_reserve);
     RUN(test_pool_gives_back);
     DONE();
   }

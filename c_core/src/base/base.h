@@ -39,6 +39,8 @@ void mtp__options_sanitize(mtp_options_t *opt);
  * THP setting decides). */
 enum { MTP_HUGE_SYSTEM = 0, MTP_HUGE_NEVER, MTP_HUGE_ALWAYS, MTP_HUGE_AUTO };
 #define MTP_HUGE_AUTO_BYTES ((size_t)32 << 20)
+/* auto, for the large blocks' reserve: huge once a pool's large blocks take this (pool/large_ranges.c) */
+#define MTP_HUGE_AUTO_LARGE_BYTES ((size_t)8 << 20)
 int mtp__hugepages_parse(const char *v); /* MTP_HUGE_*; -1 for a value it does not know */
 int mtp__hugepages_mode(void);           /* the environment's, read once */
 

@@ -492,6 +492,7 @@ struct mtp_pool {
   char *large_reserve;          /* the untouched rest of the mapping fresh ranges are carved from */
   size_t large_reserve_left;    /* its bytes */
   uint64_t large_reserve_origin; /* its origin */
+  bool large_reserve_huge;      /* its rest is advised for huge pages (large_ranges.c) */
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };
