@@ -14,7 +14,7 @@
  *   - a fresh range of up to 4 MiB is carved from the pool's reserve (below), a bigger one mapped
  *     on its own.
  *   - take the smallest free range that holds the request (the largest, for a block realloc
- *     grows: it will want the room after it); as is when at most 1/4 larger (the usable size
+ *     grows: it will want the room after it); as is when at most 1/16 larger (the usable size
  *     reported is the whole range, so it stays true), else split: the block takes the head, the
  *     tail stays cached (no system call; its pages stay resident for the next big request). Else
  *     map afresh. mremap only where it saves a copy, in realloc.
@@ -275,8 +275,9 @@ mtpi_large_t *mtp__large_split(mtpi_large_t *rec, size_t at) {
 
 /* Large lock held: a cached range for `need` bytes at `alignment` (0 or at most the OS page: any),
  * taken out of the cache, or NULL; `grow`: the block is expected to grow (realloc), so take the
- * largest range that fits rather than the smallest. A range more than 1/4 larger than needed is
- * split: its tail stays cached. */
+ * largest range that fits rather than the smallest. A range more than 1/16 larger than needed is
+ * split: its tail stays cached (so the usable size a reused range reports is within 1/16 of the
+ * page-rounded request, as a fresh one's is within a page). */
 mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, bool grow) {
   const mtpi_large_slot_t *best = NULL;
   size_t os_page = mtp__os_page_size();
@@ -292,7 +293,7 @@ mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t align
   if (best == NULL) return NULL;
   mtpi_large_t *fit = best->rec;
   uncache(pool, fit);
-  if (fit->map_size - need > need / 4) {
+  if (fit->map_size - need > need / 16) {
     /* the head for the block, the tail stays cached (no record to be had: the whole range) */
     mtpi_large_t *t = mtp__large_split(fit, need);
     if (t != NULL) {
