@@ -228,7 +228,8 @@ MTP_API int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) MTP_NOEXCEPT;
 MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
 
 /* Print one report across every live pool, by name: blocks, bytes in use, bytes per block,
- * reserved and free bytes, and totals. Returns 0, EINVAL (out NULL) or EIO. */
+ * reserved and free bytes, totals, and how much huge pages back (regions advised huge, the
+ * process's AnonHugePages). Returns 0, EINVAL (out NULL) or EIO. */
 MTP_API int mtp_print_stats(FILE *out) MTP_NOEXCEPT;
 
 /* Return every empty page of every live pool to the OS now (mtp_pool_trim on each pool; the

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/os.h"
 #include "heap/heap.h"
 
 MTP_NO_TSAN static size_t slab_in_use(mtpi_desc_t *s) {
@@ -186,6 +187,24 @@ int mtp_print_stats(FILE *out) {
   }
   rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", "total", tb, tu,
             tb ? (double)tu / (double)tb : 0.0, tr, tf);
+  /* How much huge pages back: the pools' regions advised huge (MTPOOL_HUGEPAGES), and what the
+   * kernel made of the whole process's anonymous memory. */
+  size_t regions = 0, huge = 0;
+  for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
+    pthread_mutex_lock(&mtp__registry_lock);
+    mtpi_pool_t *p = mtp__pool_by_id(id);
+    if (p) {
+      mtp__pool_lock(p);
+      for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
+           r = mtp__region_from_node(r->h.link.next), regions++)
+        huge += r->h.huge_pages != 0;
+      mtp__pool_unlock_quiet(p); /* a read frees no page */
+    }
+    pthread_mutex_unlock(&mtp__registry_lock);
+  }
+  long ahp = mtp__os_anon_huge_kb();
+  rc |= put(out, "huge pages: %zu of %zu regions advised huge; the process's AnonHugePages %ld kB\n",
+            huge, regions, ahp);
   return rc ? EIO : 0;
 }
 

@@ -183,6 +183,22 @@ int mtp__os_huge_advise(void *p, size_t size, bool huge) {
   return madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
 }
 
+long mtp__os_anon_huge_kb(void) {
+  int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[2048];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  (void)close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char *at = strstr(buf, "AnonHugePages:");
+  if (at == NULL) return -1;
+  long kb = 0;
+  for (at += 14; *at == ' ' || *at == '\t'; at++) {}
+  for (; *at >= '0' && *at <= '9'; at++) kb = kb * 10 + (*at - '0');
+  return kb;
+}
+
 void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
   if (new_size > old_size && inject_fails()) { /* shrinking maps nothing: never injected */
     errno = ENOMEM;
