@@ -645,6 +645,69 @@ static uint64_t t_realloc_grow(void) {
   return sum;
 }
 
+/* ---- realloc_exchange: threads resize each other's large blocks ----------------------------- */
+/* 64 shared slots, each under its own lock, each holding a block of 1 B - 3 MiB (log-uniform) or
+ * none. Per operation a thread takes a random slot and checks the block there (a byte per 4 KiB
+ * page, a pattern of its offset), then 3 times in 4 reallocs it to a new size, else frees it and
+ * allocates anew, and writes every page of the new block. So a block is resized by a thread that
+ * did not allocate it as often as by the one that did, and realloc moves large blocks between
+ * threads. The checksum adds the sizes each thread chose (what it found depends on timing). */
+#define RX_SLOTS 64
+typedef struct {
+  pthread_mutex_t mu;
+  unsigned char *blk;
+  size_t len;
+} rx_slot_t;
+static rx_slot_t rx[RX_SLOTS];
+
+static unsigned char rx_byte(size_t o) { return (unsigned char)((o >> 12) * 31 + 7); }
+
+static void *rx_worker(void *arg) {
+  worker_t *w = arg;
+  rng_t r;
+  rng_seed(&r, 15, (uint64_t)w->idx);
+  long ops = scaled(4000);
+  for (long i = 0; i < ops; i++) {
+    rx_slot_t *s = &rx[rng_next(&r) % RX_SLOTS];
+    size_t n = rng_log(&r, 1, (size_t)3 << 20);
+    int resize = rng_next(&r) % 4 != 0;
+    pthread_mutex_lock(&s->mu);
+    for (size_t o = 0; o < s->len; o += 4096)
+      if (s->blk[o] != rx_byte(o)) die("block contents changed (realloc_exchange)");
+    unsigned char *p;
+    if (resize) {
+      p = realloc(s->blk, n);
+    } else {
+      free(s->blk);
+      p = malloc(n);
+    }
+    if (!p) die("out of memory");
+    for (size_t o = 0; o < n; o += 4096) p[o] = rx_byte(o);
+    s->blk = p;
+    s->len = n;
+    pthread_mutex_unlock(&s->mu);
+    w->sum += n;
+  }
+  return NULL;
+}
+
+static uint64_t t_realloc_exchange(void) {
+  worker_t *w = calloc((size_t)g_threads, sizeof *w);
+  if (!w) die("out of memory");
+  for (int i = 0; i < RX_SLOTS; i++) pthread_mutex_init(&rx[i].mu, NULL);
+  for (int i = 0; i < g_threads; i++) w[i].idx = i;
+  run_threads(rx_worker, w, g_threads);
+  uint64_t sum = 0;
+  for (int i = 0; i < g_threads; i++) sum += w[i].sum;
+  for (int i = 0; i < RX_SLOTS; i++) {
+    free(rx[i].blk);
+    rx[i].blk = NULL;
+    rx[i].len = 0;
+  }
+  free(w);
+  return sum;
+}
+
 /* ---- medium: churn of 32 KiB - 1 MiB blocks (issue 17) ------------------------------------- */
 /* Random replacement in a live set of 64 blocks per thread, sizes log-uniform (as many 32-64 KiB
  * blocks as 512 KiB-1 MiB ones), every page touched: the sizes just above the small classes. */
@@ -786,6 +849,7 @@ static const struct {
     {"false_sharing_active", t_fs_active},
     {"false_sharing_passive", t_fs_passive},
     {"realloc_grow", t_realloc_grow},
+    {"realloc_exchange", t_realloc_exchange},
     {"medium", t_medium},
     {"cache", t_cache},
 };

@@ -28,6 +28,9 @@ ABOUT = {
                     "are); the JSON line's `delete` says which",
     "thread_churn": "3,000 short-lived threads, at most 32 per --threads live at once, each "
                     "allocating 200 blocks (95% of 16 B-3 KiB) that one of 2 other threads frees",
+    "thread_handoff": "3,000 detached threads started as fast as the main thread can, each "
+                      "allocating 200 blocks of 1 B-3 KiB (one in 50 of 40 KiB) and handing each "
+                      "to one of 2 freeing threads, then exiting",
     "prodcons": "N producers write blocks of 8 B-4 KiB and pass them in batches of 64 through "
                 "bounded queues to N consumers that read and free them (512,000 per producer)",
     "churn_1k_32k": "400,000 free+malloc per thread of 1-32 KiB blocks in a live set of 256",
@@ -42,6 +45,10 @@ ABOUT = {
                              "thread allocated for it next to the others'",
     "realloc_grow": "each thread grows a buffer from 4 KiB to 8 MiB in 4 KiB realloc steps (one "
                     "byte written per step), reads it, frees it; 150 times",
+    "realloc_exchange": "4,000 operations per thread on 64 shared slots of 1 B-3 MiB blocks "
+                        "(log-uniform): check a slot's block, realloc it to a new size (3 in 4) "
+                        "or free it and allocate anew, write every page; threads resize each "
+                        "other's blocks",
     "medium": "20,000 free+malloc per thread of 32 KiB-1 MiB blocks (log-uniform) in a live set "
               "of 64, one byte written per 4 KiB page",
     "cache": "2,000,000 free+malloc per thread of 16 B-4 KiB blocks (log-uniform) in a live set "
