@@ -288,6 +288,14 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
       return p;
     }
   }
+  /* A block that grows by half its size or more moves to a cached range rather than grow by
+   * mremap: the range's pages are resident, where mremap's new tail would be faulted in page by
+   * page, and copying the block costs less than faulting in half its size again. The caller
+   * moves it (NULL: not resized here). */
+  if (need > old_size && need - old_size >= old_size / 2 && mtp__large_cache_holds(pool, want)) {
+    pthread_mutex_unlock(&mtp__large_lock);
+    return NULL;
+  }
   shrinks_bump(); /* before the system call: the range may move (mremap) or lose its tail */
   pthread_mutex_unlock(&mtp__large_lock);
   size_t new_size = old_size;

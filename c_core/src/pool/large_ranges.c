@@ -304,6 +304,12 @@ mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t align
   return fit;
 }
 
+bool mtp__large_cache_holds(const mtpi_pool_t *pool, size_t need) {
+  for (size_t i = 0; i < pool->large_cached_count; i++)
+    if (pool->large_slots[i].map_size >= need) return true;
+  return false;
+}
+
 /* Large lock held: cache the record just taken off the live list (still in the hash) if the bound
  * allows, merged with the cached ranges of its origin just before and after it, evicting the
  * oldest as needed onto *evict; false if it is not cached (the caller unhashes and unmaps it). A
