@@ -34,9 +34,9 @@ extern pthread_mutex_t mtp__meta_lock;
 /* ---- options (options.c) ---- */
 void mtp__options_from_env(mtp_options_t *opt);
 void mtp__options_sanitize(mtp_options_t *opt);
-/* MTPOOL_HUGEPAGES, process-wide (every pool's regions): unset or auto = huge once a pool maps
- * MTP_HUGE_AUTO_BYTES (the default), 0 = never huge, 1 = huge, system = no advice (the system's
- * THP setting decides). */
+/* MTPOOL_HUGEPAGES, process-wide (every pool's regions): unset or auto = a pool's new regions are
+ * huge once its regions hold MTP_HUGE_AUTO_BYTES of pages in use or dirty (the default), 0 = never
+ * huge, 1 = huge, system = no advice (the system's THP setting decides). */
 enum { MTP_HUGE_SYSTEM = 0, MTP_HUGE_NEVER, MTP_HUGE_ALWAYS, MTP_HUGE_AUTO };
 #define MTP_HUGE_AUTO_BYTES ((size_t)32 << 20)
 /* auto, for the large blocks' reserve: huge once a pool's large blocks take this (pool/large_ranges.c) */

@@ -59,7 +59,10 @@ static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
   /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
    * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
   if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
-  bool huge = mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && rs->mapped_bytes >= MTP_HUGE_AUTO_BYTES);
+  /* auto counts the pages in use or dirty, not the regions mapped: threads that each claim a
+   * region for their fresh pages map many while using a little of each */
+  bool huge = mode == MTP_HUGE_ALWAYS ||
+              (mode == MTP_HUGE_AUTO && rs->mapped_bytes - rs->clean_bytes >= MTP_HUGE_AUTO_BYTES);
   /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
   if (mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge) == 0 && huge)
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
