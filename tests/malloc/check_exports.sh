@@ -1,6 +1,7 @@
 #!/bin/sh
 # libmtpool-malloc.so exports exactly the allocation functions (C and C++) and mtp_*, every one
-# unversioned, with default visibility; nothing internal leaks. Usage: check_exports.sh LIB [glibc|musl]
+# unversioned, with default visibility; nothing internal leaks; and it needs no library but the C
+# library (loading libstdc++, libgcc_s and libm with it doubles a small program's start-up faults). Usage: check_exports.sh LIB [glibc|musl]
 # (musl: musl's own allocation functions, C23's free_sized and mtp_*; no glibc extra, no C++).
 set -eu
 lib=$1
@@ -41,5 +42,14 @@ fi
 if readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && $8 != "" && NR > 3 {print $5, $6}' | grep -v '^GLOBAL DEFAULT$' | grep -q .; then
   echo "non-global or non-default dynamic symbols:"; readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && NR > 3' | grep -v 'GLOBAL DEFAULT' | head; fail=1
 fi
-[ $fail = 0 ] && echo "$(echo "$syms" | wc -l) symbols exported, all expected, unversioned"
+# needed: the C library alone (and musl's, which is its own loader; a sanitizer build's runtime);
+# no C++ runtime symbol
+needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+for n in $needed; do
+  case $n in libc.so* | ld-linux* | libasan.so* | libtsan.so* | libubsan.so*) ;; *) echo "needs $n: only the C library may be loaded with it"; fail=1 ;; esac
+done
+if nm -D --undefined-only "$lib" | grep -E 'CXXABI|GLIBCXX|GCC_|__gxx_' | grep -q .; then
+  echo "undefined C++ runtime symbols:"; nm -D --undefined-only "$lib" | grep -E 'CXXABI|GLIBCXX|GCC_|__gxx_'; fail=1
+fi
+[ $fail = 0 ] && echo "$(echo "$syms" | wc -l) symbols exported, all expected, unversioned; needs $(echo $needed)"
 exit $fail
