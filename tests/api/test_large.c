@@ -418,23 +418,30 @@ static void test_realloc(void) {
   CHECK(mtp_usable_size(q) >= 5 * MiB);
   mtp_free(q);
   /* grown by half its size or more while a cached range holds the new size: moved there (its
-   * pages resident) rather than grown by mremap into pages to fault in; nothing mapped */
-  unsigned char *big = mtp_pool_alloc(p, 4 * MiB);
-  b = mtp_pool_alloc(p, MiB);
-  REQUIRE(big != NULL && b != NULL, "alloc");
+   * pages resident) rather than grown by mremap into pages to fault in; nothing mapped. A fresh
+   * pool, so that the layout is known: its reserve is carved in address order (big, b, fence),
+   * and b has no free range after it to grow into. */
+  mtp_pool_t *g = th_pool("large", 60000, 0);
+  unsigned char *big = mtp_pool_alloc(g, 4 * MiB);
+  b = mtp_pool_alloc(g, MiB);
+  unsigned char *fence = mtp_pool_alloc(g, MiB);
+  REQUIRE(big != NULL && b != NULL && fence != NULL, "alloc");
+  REQUIRE(b == big + 4 * MiB && fence == b + MiB, "carved in address order");
   fill(b, 0, MiB);
   mtp_free(big);
-  mapped = th_stats(p).bytes_mapped;
+  mapped = th_stats(g).bytes_mapped;
   q = mtp_realloc(b, 3 * MiB);
   REQUIRE(q != NULL, "realloc");
-  CHECK(q != b); /* into a cached range (the largest: it may grow again) */
+  CHECK(q == big); /* the cached range */
   CHECK(intact(q, MiB));
-  CHECK_EQ_SZ(th_stats(p).bytes_mapped, mapped);
+  CHECK_EQ_SZ(th_stats(g).bytes_mapped, mapped);
   /* grown by less than half: in place or by mremap, as before */
   b = mtp_realloc(q, 3 * MiB + MiB / 4);
   REQUIRE(b != NULL, "realloc");
   CHECK(intact(b, MiB));
   mtp_free(b);
+  mtp_free(fence);
+  mtp_pool_destroy(g);
   /* a checked pool copies (exact canary), and still catches an overflow past a large block */
   mtp_pool_t *c = th_pool("large", 60000, 1);
   b = mtp_pool_alloc(c, 100000);
