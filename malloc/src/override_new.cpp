@@ -22,9 +22,9 @@
 #define EXPORT __attribute__((visibility("default")))
 
 // The core's checked mode (heap/heap.h), inside this library.
-// noexcept (C functions do not throw): a call that may throw from a noexcept operator delete
-// would need an exception table and so __gxx_personality_v0, and loading libstdc++ with this
-// library doubled a small program's start-up faults.
+// noexcept (C functions do not throw). The file is built without exception tables
+// (malloc/CMakeLists.txt): libstdc++ loaded with this library doubled a small program's
+// start-up faults.
 extern "C" {
 extern bool mtp__checked_forms;
 void mtp__checked_set_form(void *p, unsigned form) noexcept;
