@@ -1,7 +1,8 @@
 #!/bin/sh
 # libmtpool-malloc.so exports exactly the allocation functions (C and C++) and mtp_*, every one
 # unversioned, with default visibility; nothing internal leaks; and it needs no library but the C
-# library (loading libstdc++, libgcc_s and libm with it doubles a small program's start-up faults). Usage: check_exports.sh LIB [glibc|musl]
+# library (loading libstdc++, libgcc_s and libm with it doubles a small program's start-up faults).
+# Usage: check_exports.sh LIB [glibc|musl]
 # (musl: musl's own allocation functions, C23's free_sized and mtp_*; no glibc extra, no C++).
 set -eu
 lib=$1

@@ -199,12 +199,7 @@ static void test_huge_purge(void) {
  * or none (system). */
 static void test_large_reserve(void) {
   int mode = mtp__hugepages_mode();
-  mtp_options_t opt;
-  mtp_options_init(&opt);
-  opt.name = "huge-large";
-  opt.purge_delay_ms = 60000;
-  mtp_pool_t *p = mtp_pool_create(&opt);
-  REQUIRE(p != NULL, "a pool");
+  mtp_pool_t *p = th_pool("huge-large", 60000, 0);
   enum { N = 16, SIZE = 1 << 20 }; /* 16 MiB: twice auto's threshold */
   static char *blk[N];
   for (unsigned i = 0; i < N; i++) {
@@ -236,12 +231,7 @@ static void test_large_reserve(void) {
 
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */
 static void test_pool_gives_back(void) {
-  mtp_options_t opt;
-  mtp_options_init(&opt);
-  opt.name = "huge";
-  opt.purge_delay_ms = 20;
-  mtp_pool_t *p = mtp_pool_create(&opt);
-  REQUIRE(p != NULL, "a pool");
+  mtp_pool_t *p = th_pool("huge", 20, 0);
   enum { N = 48 * 1024, SIZE = 1024 }; /* 48 MiB: past auto's threshold */
   static void *blk[N];
   memset(blk, 1, sizeof blk); /* resident before the baseline */

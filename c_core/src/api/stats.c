@@ -48,7 +48,9 @@ MTP_NO_TSAN static uint64_t heap_remote(mtpi_member_t *m) {
   return *(volatile uint64_t *)&m->remote_collected;
 }
 
-static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
+/* regions, if not NULL: [0] += the pool's regions, [1] += those advised huge (the report's last
+ * line; mtp_stats_t has no field for it: the ABI). */
+static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out, size_t *regions) {
   memset(out, 0, sizeof(*out));
   memcpy(out->name, p->name, sizeof(out->name));
   out->num_classes = MTP_NUM_CLASSES;
@@ -59,6 +61,10 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
   mtp__pool_lock(p);
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
+    if (regions != NULL) {
+      regions[0]++;
+      regions[1] += r->h.huge_pages != 0;
+    }
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
       size_t n = slab_account(&r->pages[i], out);
       mediums += n != 0;
@@ -108,7 +114,7 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out) {
 
 int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) {
   if (out == NULL) return EINVAL;
-  stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), out);
+  stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), out, NULL);
   return 0;
 }
 
@@ -164,14 +170,14 @@ int mtp_print_stats(FILE *out) {
   int rc = 0;
   rc |= put(out, "%-24s %12s %14s %10s %14s %14s\n", "pool", "blocks", "bytes in use",
             "bytes/blk", "reserved", "free");
-  size_t tb = 0, tu = 0, tr = 0, tf = 0;
+  size_t tb = 0, tu = 0, tr = 0, tf = 0, regions[2] = {0, 0};
   /* Snapshot the pool list, then gather each pool without holding the registry lock across the
    * output. */
   for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
     mtp_stats_t st;
     pthread_mutex_lock(&mtp__registry_lock);
     mtpi_pool_t *p = mtp__pool_by_id(id);
-    if (p) stats_collect(p, &st);
+    if (p) stats_collect(p, &st, regions);
     pthread_mutex_unlock(&mtp__registry_lock);
     if (!p) continue;
     mtpi_name_text name;
@@ -189,22 +195,8 @@ int mtp_print_stats(FILE *out) {
             tb ? (double)tu / (double)tb : 0.0, tr, tf);
   /* How much huge pages back: the pools' regions advised huge (MTPOOL_HUGEPAGES), and what the
    * kernel made of the whole process's anonymous memory. */
-  size_t regions = 0, huge = 0;
-  for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
-    pthread_mutex_lock(&mtp__registry_lock);
-    mtpi_pool_t *p = mtp__pool_by_id(id);
-    if (p) {
-      mtp__pool_lock(p);
-      for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
-           r = mtp__region_from_node(r->h.link.next), regions++)
-        huge += r->h.huge_pages != 0;
-      mtp__pool_unlock_quiet(p); /* a read frees no page */
-    }
-    pthread_mutex_unlock(&mtp__registry_lock);
-  }
-  long ahp = mtp__os_anon_huge_kb();
   rc |= put(out, "huge pages: %zu of %zu regions advised huge; the process's AnonHugePages %ld kB\n",
-            huge, regions, ahp);
+            regions[1], regions[0], mtp__os_anon_huge_kb());
   return rc ? EIO : 0;
 }
 
@@ -214,7 +206,7 @@ int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) {
   for (uint32_t id = *cursor; id < MTP_MAX_POOLS; id++) {
     pthread_mutex_lock(&mtp__registry_lock);
     mtpi_pool_t *p = mtp__pool_by_id(id);
-    if (p) stats_collect(p, out);
+    if (p) stats_collect(p, out, NULL);
     pthread_mutex_unlock(&mtp__registry_lock);
     if (p) {
       *cursor = id + 1;

@@ -43,6 +43,9 @@ enum { MTP_HUGE_SYSTEM = 0, MTP_HUGE_NEVER, MTP_HUGE_ALWAYS, MTP_HUGE_AUTO };
 #define MTP_HUGE_AUTO_LARGE_BYTES ((size_t)8 << 20)
 int mtp__hugepages_parse(const char *v); /* MTP_HUGE_*; -1 for a value it does not know */
 int mtp__hugepages_mode(void);           /* the environment's, read once */
+/* Whether memory the mode advises gets MADV_HUGEPAGE now: always for 1, for auto once `used` bytes
+ * reach `auto_bytes`, never otherwise. */
+bool mtp__hugepages_due(size_t used, size_t auto_bytes);
 
 /* ---- purge timing, from the purge_delay_ms option ----
  * Freed runs of 64 KiB or more (a medium block's pages, a cached large range) are due for the

@@ -47,6 +47,11 @@ int mtp__hugepages_parse(const char *v) {
   return -1;
 }
 
+bool mtp__hugepages_due(size_t used, size_t auto_bytes) {
+  int mode = mtp__hugepages_mode();
+  return mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && used >= auto_bytes);
+}
+
 int mtp__hugepages_mode(void) {
   /* -1: not read yet. relaxed: every thread parses the same string to the same value. */
   static mtpi_atomic_int cached = -1;

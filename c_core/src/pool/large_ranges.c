@@ -168,16 +168,12 @@ static size_t reserve_huge_size(void) {
   return hsize;
 }
 
-static bool reserve_wants_huge(const mtpi_pool_t *pool) {
-  int mode = mtp__hugepages_mode();
-    return mode == MTP_HUGE_ALWAYS ||
-         (mode == MTP_HUGE_AUTO && pool->large_bytes + pool->large_cached_bytes >= MTP_HUGE_AUTO_LARGE_BYTES);
-}
-
 /* Large lock held: advise the reserve's untouched rest huge if it is due. A hint: a kernel
  * without transparent huge pages refuses it (EINVAL) and nothing changes. */
 static void reserve_advise(mtpi_pool_t *pool) {
-  if (pool->large_reserve_huge || pool->large_reserve_left == 0 || !reserve_wants_huge(pool)) return;
+  if (pool->large_reserve_huge || pool->large_reserve_left == 0 ||
+      !mtp__hugepages_due(pool->large_bytes + pool->large_cached_bytes, MTP_HUGE_AUTO_LARGE_BYTES))
+    return;
   size_t hsize = reserve_huge_size();
   if (hsize == 0) return;
   uintptr_t at = ((uintptr_t)pool->large_reserve + hsize - 1) & ~(uintptr_t)(hsize - 1);

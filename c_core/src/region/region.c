@@ -53,16 +53,14 @@ static void rlist_push_back(mtpi_rset_t *rs, mtpi_region_t *r) {
 /* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
  * so each of its aligned huge ranges can be one huge page. */
 static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
-  int mode = mtp__hugepages_mode();
-  if (mode == MTP_HUGE_SYSTEM) return;
+  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM) return;
   size_t hsize = mtp__os_huge_page_size();
   /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
    * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
   if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
   /* auto counts the pages in use or dirty, not the regions mapped: threads that each claim a
    * region for their fresh pages map many while using a little of each */
-  bool huge = mode == MTP_HUGE_ALWAYS ||
-              (mode == MTP_HUGE_AUTO && rs->mapped_bytes - rs->clean_bytes >= MTP_HUGE_AUTO_BYTES);
+  bool huge = mtp__hugepages_due(rs->mapped_bytes - rs->clean_bytes, MTP_HUGE_AUTO_BYTES);
   /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
   if (mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge) == 0 && huge)
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
