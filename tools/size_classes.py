@@ -12,6 +12,8 @@ Rules:
     2^k + 8 .. 2^k + 64 round by at most 2% (Squid's 4,136-byte memory-cache node takes 4,160
     bytes; 4 KiB + 128 and 8 KiB + 128 until issue 40); the fewest classes that do all this, then the smallest largest
     rounding, then sizes with the most trailing zero bits.
+  - mtp__class_recip[c] = ceil(2^64 / size): an offset n below 2^32 is a multiple of the size
+    iff n * recip mod 2^64 < recip (the free fast path's interior-pointer test, api/alloc.c).
   - MTP_NUM_CLASSES at most MTP_STATS_MAX_CLASSES (64: the public statistics' array, ABI).
   - a class's slab spans the fewest 64 KiB pages, a power of two (the region layer's spans, up
     to 16 pages), holding at least 16 blocks with at most 1/8 of the span left over. (8 blocks
@@ -77,7 +79,9 @@ def main():
     direct = [cls(max(i * 8, 1)) for i in range(DIRECT // 8 + 1)]
     print("const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1] = {\n" + table(direct, 26) + "\n};\n")
     up = [0] + [cls(i * UPPER_STEP) if i * UPPER_STEP > DIRECT else 0 for i in range(1, SMALL // UPPER_STEP + 1)]
-    print("const uint8_t mtp__class_upper[(MTP_MAX_SMALL >> MTP_UPPER_SHIFT) + 1] = {\n" + table(up, 26) + "\n};")
+    print("const uint8_t mtp__class_upper[(MTP_MAX_SMALL >> MTP_UPPER_SHIFT) + 1] = {\n" + table(up, 26) + "\n};\n")
+    recip = [f"0x{(2**64 - 1) // s + 1:x}u" for s in sizes]
+    print("const uint64_t mtp__class_recip[MTP_NUM_CLASSES] = {\n" + table(recip, 4) + "\n};")
 
 
 if __name__ == "__main__":

@@ -204,6 +204,30 @@ static int c_interior(void) {
   return 1;
 }
 
+static int c_interior8(void) {
+  char *p = A(24);
+  say_addr((uintptr_t)(p + 8));
+  mtp_free(p + 8);
+  g_refree = p;
+  return 1;
+}
+
+static int c_unaligned(void) {
+  char *p = A(24);
+  say_addr((uintptr_t)(p + 1));
+  mtp_free(p + 1);
+  g_refree = p;
+  return 1;
+}
+
+static int c_interior_upper(void) {
+  char *p = A(4160); /* a class above 1 KiB, in a slab of two pages */
+  say_addr((uintptr_t)(p + 64));
+  mtp_free(p + 64);
+  g_refree = p;
+  return 1;
+}
+
 static int c_interior_sized(void) {
   char *p = A(64);
   say_addr((uintptr_t)(p + 16));
@@ -465,12 +489,18 @@ static const rel_case_t cases[] = {
      MTP_ERR_INVALID_POINTER, 0, 0, c_foreign_realloc, NULL},
     {"foreign_usable", "mtp_usable_size of a stack address", MTP_ERR_INVALID_POINTER,
      MTP_ERR_INVALID_POINTER, 0, 0, c_foreign_usable, NULL},
-    {"interior", "mtp_free(p + 16) of a 64 B block", EXP_PROBE, MTP_ERR_INVALID_POINTER, 0, 0,
-     c_interior, NULL},
-    {"interior_sized", "mtp_free_sized(p + 16, 48) of a 64 B block", EXP_PROBE,
+    {"interior", "mtp_free(p + 16) of a 64 B block", MTP_ERR_INVALID_POINTER,
+     MTP_ERR_INVALID_POINTER, 0, 0, c_interior, NULL},
+    {"interior8", "mtp_free(p + 8) of a 24 B block", MTP_ERR_INVALID_POINTER,
+     MTP_ERR_INVALID_POINTER, 0, 0, c_interior8, NULL},
+    {"unaligned", "mtp_free(p + 1) of a 24 B block", MTP_ERR_INVALID_POINTER,
+     MTP_ERR_INVALID_POINTER, 0, 0, c_unaligned, NULL},
+    {"interior_upper", "mtp_free(p + 64) of a 4160 B block", MTP_ERR_INVALID_POINTER,
+     MTP_ERR_INVALID_POINTER, 0, 0, c_interior_upper, NULL},
+    {"interior_sized", "mtp_free_sized(p + 16, 48) of a 64 B block", MTP_ERR_INVALID_POINTER,
      MTP_ERR_INVALID_POINTER, MTP_ERR_WRONG_SIZE, 0, c_interior_sized, NULL},
-    {"interior_large", "mtp_free(p + 8192) of a 4 MiB block", EXP_PROBE, MTP_ERR_INVALID_POINTER, 0,
-     0, c_interior_large, NULL},
+    {"interior_large", "mtp_free(p + 8192) of a 4 MiB block", MTP_ERR_INVALID_POINTER,
+     MTP_ERR_INVALID_POINTER, 0, 0, c_interior_large, NULL},
     {"wrong_class_up", "mtp_free_sized(p, 4096) of a 64 B block", MTP_ERR_WRONG_SIZE,
      MTP_ERR_WRONG_SIZE, 0, 0, c_wrong_class_up, NULL},
     {"wrong_class_down", "mtp_free_sized(p, 8) of a 600 B block (640 B class)", MTP_ERR_WRONG_SIZE,

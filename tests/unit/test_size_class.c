@@ -101,7 +101,28 @@ static void test_spans(void) {
   }
 }
 
+/* The free fast path's interior-pointer tests (base/base.h) say "a block's start" exactly at the
+ * multiples of the class size, over every offset a slab has; the small test is used up to
+ * MTP_DIRECT_MAX, where a slab is one page. */
+static void test_offset_tests(void) {
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    uint32_t size = mtp__class_size[c];
+    CHECK(mtp__class_recip[c] == UINT64_MAX / size + 1);
+    size_t span = (size_t)mtp__class_pages[c] * MTP_PAGE_SIZE;
+    size_t wrong = 0;
+    for (size_t n = 0; n <= span; n++) wrong += mtp__offset_ok(n, c) != (n % size == 0);
+    CHECK_EQ_SZ(wrong, 0);
+    if (size > MTP_DIRECT_MAX) continue;
+    CHECK_EQ_SZ(mtp__class_pages[c], 1);
+    uint32_t r = mtp__recip32(size);
+    for (uint32_t n = 0; n < MTP_PAGE_SIZE; n++)
+      wrong += mtp__small_offset_ok((uint16_t)n, r) != (n % size == 0);
+    CHECK_EQ_SZ(wrong, 0);
+  }
+}
+
 int main(void) {
+  RUN(test_offset_tests);
   RUN(test_steps);
   RUN(test_lookup);
   RUN(test_alignment);

@@ -10,15 +10,17 @@
  *   mtp_free(p)
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
  *     slab = the head of p's page descriptor (itself, or its multi-page slab's first)
- *     slab->owner == this thread and p below the slab's bump pointer? push on slab->free, --used
+ *     slab->owner == this thread, p below the slab's bump pointer and a block's start (a multiply
+ *     by the class's reciprocal)? push on slab->free, --used
  *     else mtp__heap_free_other         (heap/slabs.c: a slab another thread owns: checks, one CAS
  *                                       push; else mtp__heap_free_slow: detached slabs, misuse)
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
- * chunk map, the owner compare, the bump compare that rejects a block never handed out, a block
- * whose first word is tagged as a free-list link (a possible double free: confirmed on a slow
- * path), and for a sized free the class compare). Checked mode and bad input go
- * down the slow paths. Layer: api (the top; calls every layer below).
+ * chunk map, the owner compare, the bump compare that rejects a block never handed out, the
+ * interior-pointer test (a multiply and a compare), a block whose first word is tagged as a
+ * free-list link (a possible double free: confirmed on a slow path), and for a sized free the
+ * class compare). Checked mode and bad input go down the slow paths. Layer: api (the top; calls
+ * every layer below).
  */
 #include <errno.h>
 #include <string.h>
@@ -158,24 +160,37 @@ MTP_INLINE void free_reuse(mtpi_desc_t *s, mtpi_block_t *b) {
     mtp__reuse_push(h, cls, b);
 }
 
+/* Whether b, below s's bump pointer, starts a block: the interior-pointer test, a multiply and a
+ * compare, no division (base/base.h). Up to MTP_DIRECT_MAX a slab is one page whose blocks start
+ * at its first byte: b's offset is its low 16 bits, against the descriptor's 32-bit reciprocal.
+ * Above it, the distance to the bump pointer (a block boundary, below 2^19) against the class's
+ * 64-bit one. */
+MTP_INLINE bool block_start_small(const mtpi_desc_t *s, const mtpi_block_t *b) {
+  return mtp__small_offset_ok((uint16_t)(uintptr_t)b, s->recip);
+}
+MTP_INLINE bool block_start_bump(const mtpi_desc_t *s, const mtpi_block_t *b, const char *bump) {
+  return mtp__offset_ok((uint64_t)(bump - (const char *)b), s->cls);
+}
+
 /* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
- * sends a block never handed out to the slow path, which reports it: pushing it would let the
- * free list and the carving hand it out twice. An interior pointer into a handed-out block is
- * not caught here (that takes a division, or a multiply by a per-class reciprocal: about four
- * more instructions); the slow paths and checked mode catch it. */
-MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
+ * sends a block never handed out to the slow path, and the interior-pointer test a pointer into
+ * a block or not aligned as its blocks are; the slow path reports both: pushing either would let
+ * the free list hand out memory twice. */
+
+MTP_INLINE void free_fast(mtpi_desc_t *s, void *p) {
   mtpi_block_t *b = (mtpi_block_t *)p;
   /* relaxed owner: a hint (types.h); the compare is against our own token, which only this
    * thread writes there. mine is 0 for one of our current slabs, MTP_OWNER_FULL for one of our
-   * exhausted ones, anything else otherwise (tokens are aligned). s is the head of b's page d (d
-   * itself unless d is a TAIL); b < bump then also says that b lies in s's slab, as a head is
+   * exhausted ones, anything else otherwise (tokens are aligned). s is the head of b's page (b's
+   * own page unless it is a TAIL); b < bump then also says that b lies in s's slab, as a head is
    * never after its TAILs. The class test comes first (block_size is beside owner): a program
    * keeps to a few sizes, while a churn above 1 KiB frees into current and exhausted slabs alike,
    * so an owner test first mispredicts (bench/results/notes.md: alloc.c). */
   uintptr_t mine = mtp__load_relaxed(&s->owner) ^ (uintptr_t)mtp__tl_thread;
   if (s->block_size > MTP_DIRECT_MAX) {
-    if (MTP_LIKELY((mine | MTP_OWNER_FULL) == MTP_OWNER_FULL &&
-                   (char *)b < mtp__slab_bump_owner(s))) {
+    char *bump = mtp__slab_bump_owner(s);
+    if (MTP_LIKELY((mine | MTP_OWNER_FULL) == MTP_OWNER_FULL && (char *)b < bump &&
+                   block_start_bump(s, b, bump))) {
       /* listed whether s is current or exhausted (bench/results/notes.md: alloc.c) */
       if (MTP_LIKELY(!mtp__block_tagged(b))) {
         free_reuse(s, b);
@@ -186,7 +201,8 @@ MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
         return;
       }
     }
-  } else if (MTP_LIKELY(mine == 0 && (char *)b < mtp__slab_bump_owner(s))) {
+  } else if (MTP_LIKELY(mine == 0 && (char *)b < mtp__slab_bump_owner(s) &&
+                        block_start_small(s, b))) {
     /* a block whose first word looks like a free-list link: maybe a double free (a tail call,
      * so that the usual case saves no registers) */
     if (MTP_UNLIKELY(mtp__block_tagged(b)))
@@ -195,7 +211,7 @@ MTP_INLINE void free_fast(mtpi_desc_t *d, mtpi_desc_t *s, void *p) {
       mtp__heap_retire_local(s);
     return;
   }
-  mtp__heap_free_other(d, b);
+  mtp__heap_free_other(s, b);
 }
 
 /* free_fast gets the head of b's page (mtp__run_head: one load, no branch), so a block in a
@@ -207,8 +223,7 @@ void mtp_free(void *p) {
     free_not_region(p, 0, false);
     return;
   }
-  mtpi_desc_t *d = mtp__page_desc(u);
-  free_fast(d, mtp__run_head(d), p);
+  free_fast(mtp__run_of(u), p);
 }
 
 static void free_sized_check(mtpi_desc_t *s, void *p, size_t size) {
@@ -247,11 +262,11 @@ void mtp_free_sized(void *p, size_t size) {
     free_not_region(p, size, true);
     return;
   }
-  mtpi_desc_t *d = mtp__page_desc(u), *s = mtp__run_head(d);
+  mtpi_desc_t *s = mtp__run_of(u);
   if (MTP_LIKELY(size - s->size_min <= s->size_span)) /* size maps to this block's class */
-    free_fast(d, s, p);
+    free_fast(s, p);
   else
-    free_sized_slow(d, p, size);
+    free_sized_slow(s, p, size);
 }
 
 /* ---- queries and realloc ---- */

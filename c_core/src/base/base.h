@@ -14,12 +14,29 @@ extern const uint8_t mtp__class_direct[MTP_DIRECT_MAX / 8 + 1]; /* [(size+7)>>3]
 extern const uint8_t mtp__class_upper[(MTP_MAX_SMALL >> MTP_UPPER_SHIFT) + 1]; /* [(size+15)>>4] */
 extern const uint32_t mtp__class_size[MTP_NUM_CLASSES];
 extern const uint8_t mtp__class_pages[MTP_NUM_CLASSES]; /* slab run in pages */
+extern const uint64_t mtp__class_recip[MTP_NUM_CLASSES]; /* ceil(2^64 / size) */
 unsigned mtp__class_of(size_t size);                    /* size <= MTP_MAX_SMALL */
 /* The class of size <= MTP_MAX_SMALL in one table load (two tables: 8-byte steps to 1 KiB, then
  * 16-byte steps, since every class above 1 KiB is a multiple of 16). Inline for the fast paths. */
 static inline __attribute__((always_inline)) unsigned mtp__class_lookup(size_t size) {
   return size <= MTP_DIRECT_MAX ? mtp__class_direct[(size + 7) >> 3]
                                 : mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT];
+}
+/* The interior-pointer tests of the free fast path (api/alloc.c): whether an offset is a multiple
+ * of a block size, by a multiply and a compare. mtp__recip32(size) = ceil(2^32 / size), kept in a
+ * slab's descriptor. For size <= MTP_DIRECT_MAX and n < 2^16 (the offset in a one-page slab):
+ * n = q * size gives n * r mod 2^32 = q * (size * r - 2^32) < 2^16, any other n at least
+ * r >= 2^22. For any class and n < 2^32: n * mtp__class_recip[c] mod 2^64 < that reciprocal.
+ * tests/unit/test_size_class.c checks both over every offset a slab has. */
+static inline uint32_t mtp__recip32(uint32_t size) {
+  return (uint32_t)((((uint64_t)1 << 32) + size - 1) / size);
+}
+static inline __attribute__((always_inline)) bool mtp__small_offset_ok(uint16_t n, uint32_t r) {
+  return (uint32_t)(n * r) < (1u << 16);
+}
+static inline __attribute__((always_inline)) bool mtp__offset_ok(uint64_t n, unsigned cls) {
+  uint64_t r = mtp__class_recip[cls];
+  return n * r < r;
 }
 /* Smallest class >= size whose blocks are all aligned to alignment; MTP_NUM_CLASSES if none. */
 unsigned mtp__class_aligned(size_t size, size_t alignment);

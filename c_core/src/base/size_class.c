@@ -122,6 +122,27 @@ const uint8_t mtp__class_upper[(MTP_MAX_SMALL >> MTP_UPPER_SHIFT) + 1] = {
     63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
 };
 
+/* ceil(2^64 / class size): n < 2^32 is a multiple of the size iff n * recip mod 2^64 < recip
+ * (the free fast path's interior-pointer test, api/alloc.c; a multiply, no division). */
+const uint64_t mtp__class_recip[MTP_NUM_CLASSES] = {
+    0x2000000000000000u, 0x1000000000000000u, 0xaaaaaaaaaaaaaabu, 0x800000000000000u,
+    0x666666666666667u, 0x555555555555556u, 0x492492492492493u, 0x400000000000000u,
+    0x38e38e38e38e38fu, 0x333333333333334u, 0x2e8ba2e8ba2e8bbu, 0x2aaaaaaaaaaaaabu,
+    0x276276276276277u, 0x24924924924924au, 0x200000000000000u, 0x1c71c71c71c71c8u,
+    0x19999999999999au, 0x1745d1745d1745eu, 0x155555555555556u, 0x13b13b13b13b13cu,
+    0x124924924924925u, 0x111111111111112u, 0x100000000000000u, 0xcccccccccccccdu,
+    0xaaaaaaaaaaaaabu, 0x92492492492493u, 0x80000000000000u, 0x66666666666667u,
+    0x55555555555556u, 0x4924924924924au, 0x40000000000000u, 0x38e38e38e38e39u,
+    0x329161f9add3c1u, 0x2d02d02d02d02eu, 0x28282828282829u, 0x23ee08fb823ee1u,
+    0x20000000000000u, 0x1c71c71c71c71du, 0x1970e4f80cb873u, 0x16a13cd1537291u,
+    0x142d6625d51f87u, 0x11f7047dc11f71u, 0x10000000000000u, 0xfc0fc0fc0fc10u,
+    0xe070381c0e071u, 0xc7ce0c7ce0c7du, 0xb21642c8590b3u, 0xa0a0a0a0a0a0bu,
+    0x8fb823ee08fb9u, 0x8000000000000u, 0x7f01fc07f01fdu, 0x70fe3c070fe3du,
+    0x6522c3f35ba79u, 0x5a05a05a05a06u, 0x5050505050506u, 0x47dc11f7047ddu,
+    0x4000000000000u, 0x3fc03fc03fc04u, 0x38b129a21a931u, 0x329161f9add3du,
+    0x2d02d02d02d03u, 0x2828282828283u, 0x23ee08fb823efu, 0x2000000000000u,
+};
+
 unsigned mtp__class_of(size_t size) {
   MTP_ASSERT(size <= MTP_MAX_SMALL);
   return mtp__class_lookup(size);

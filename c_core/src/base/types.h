@@ -232,8 +232,8 @@ enum {
  *                              lock alone is not enough to read them: a thread that would adopt
  *                              a slab reads them after its adopting CAS (pool_adopt), never
  *                              before, as another thread may own the slab until then.
- *   cls, block_size, end,      set when the slab is formatted, before it is handed to any thread;
- *   size_min, size_span,       constant until it is released.
+ *   cls, block_size, recip,    set when the slab is formatted, before it is handed to any thread;
+ *   end, size_min, size_span,  constant until it is released.
  *   pages, kind, capacity
  * Counting identities (MTP_USED strips the current-slab bias from used):
  *   OWNED:    blocks in use = MTP_USED - TF_COUNT(thread_free);
@@ -260,6 +260,9 @@ typedef struct mtpi_desc {
    * (api/alloc.c): both read there, so both in this line with owner and bump. */
   mtpi_atomic_uptr heap;
   uint16_t cls;
+  /* mtp__recip32(block_size), set with it (slab/slab.c): the free fast path's interior-pointer
+   * test for classes up to MTP_DIRECT_MAX (api/alloc.c, base/base.h). */
+  uint32_t recip;
   /* The descriptor that describes this page's run: for a TAIL its run's first descriptor
    * (SLAB or MEDIUM), for every other descriptor itself (written by the region layer: at region
    * creation, with the TAILs, and when a page becomes FREE). So the free fast path finds a
@@ -288,6 +291,7 @@ _Static_assert(sizeof(mtpi_desc_t) == 2 * MTP_CACHE_LINE, "page descriptor is tw
 /* What the free fast path reads (api/alloc.c), in the first line: one line per free. */
 _Static_assert(offsetof(mtpi_desc_t, head) + sizeof(void *) <= MTP_CACHE_LINE &&
                    offsetof(mtpi_desc_t, cls) < MTP_CACHE_LINE &&
+                   offsetof(mtpi_desc_t, recip) < MTP_CACHE_LINE &&
                    offsetof(mtpi_desc_t, heap) < MTP_CACHE_LINE,
                "the free fast path's fields share the descriptor's first cache line");
 

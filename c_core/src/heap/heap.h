@@ -102,7 +102,8 @@ mtpi_block_t *mtp__heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bo
  * are not owned, misuse. */
 void mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b);
 /* The free fast path's miss: a remote free into a slab another thread owns is pushed here at
- * once (one CAS, no frame); anything else goes on to mtp__heap_free_slow. */
+ * once (one CAS, no frame); anything else goes on to mtp__heap_free_slow. d: b's page
+ * descriptor or its run's head (a head is its own head). */
 void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b);
 /* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
  * against the slab's and the reuse lists (a double free is reported), else pushed. */

@@ -233,8 +233,8 @@ MTP_INLINE bool remote_fast(mtpi_desc_t *d, mtpi_block_t *b, uint32_t off) {
 }
 
 MTP_NOINLINE void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b) {
-  /* The fast path tried the owner's push on s, the head of b's page d. What is left: the remote
-   * push, one of our exhausted slabs, the slow path. */
+  /* The fast path tried the owner's push on s, the head of b's page (d, or d itself). What is
+   * left: the remote push, one of our exhausted slabs, the slow path (misuse included). */
   mtpi_desc_t *s = mtp__run_head(d);
   uint32_t off = (uint32_t)((char *)b - mtp__page_start(s));
   if (MTP_LIKELY(remote_fast(s, b, off))) return;

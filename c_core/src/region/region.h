@@ -35,8 +35,9 @@ static inline char *mtp__region_base(const mtpi_region_t *r) {
 MTP_INLINE mtpi_desc_t *mtp__page_desc(uintptr_t u) {
   _Static_assert(sizeof(mtpi_desc_t) == 128, "descriptor size is a shift");
   uintptr_t page_off = (u >> (MTP_PAGE_SHIFT - 7)) & ((MTP_PAGES_PER_REGION - 1) << 7);
-  return (mtpi_desc_t *)((u & ~(MTP_REGION_SIZE - 1)) - MTP_REGION_META_BYTES +
-                         offsetof(mtpi_region_t, pages) + page_off);
+  char *descs = (char *)(u & ~(MTP_REGION_SIZE - 1)) - MTP_REGION_META_BYTES +
+                offsetof(mtpi_region_t, pages);
+  return (mtpi_desc_t *)(descs + page_off);
 }
 /* The descriptor that describes d's run: d itself, or for a TAIL page the run's first page
  * (one load, no branch: types.h). */

@@ -16,6 +16,7 @@ void mtp__slab_format(mtpi_desc_t *s, unsigned cls, bool checked) {
   s->free = NULL;
   s->used = 0;
   s->block_size = bs;
+  s->recip = mtp__recip32(bs);
   s->capacity = (uint32_t)(run / bs);
   mtp__slab_set_bump(s, start);
   s->end = start + (size_t)s->capacity * bs;
