@@ -2,7 +2,9 @@
  * handler: the line on stderr, then abort): an interleaved double free (free a, free b, free a),
  * a write into a freed large block whose mapping is cached, then reused (and into a freed medium
  * block, reused from the thread's cache); and with MTPOOL_CHECK=1
- * an underflow of a small block and a write into a freed small block (found before reuse).
+ * an underflow of a small block and a write into a freed small block (found before reuse); and
+ * with the profiler sampling every allocation too (glibc), an overflow found at the block's free
+ * and one of a block still live at exit, each report naming the function that allocated it.
  * Each runs in a child (this binary again, preloaded as ctest runs it). */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -12,6 +14,14 @@
 #include "malloc_util.h"
 
 static void *volatile sink;
+
+/* Exported (the target's ENABLE_EXPORTS), so that the report's frames name it. */
+__attribute__((noinline)) char *origin_site(void);
+__attribute__((noinline)) char *origin_site(void) {
+  char *p = malloc(40);
+  sink = p;
+  return p;
+}
 
 static int child(const char *what) {
   if (strcmp(what, "interleaved") == 0) {
@@ -36,6 +46,13 @@ static int child(const char *what) {
     volatile char *before = (volatile char *)((uintptr_t)a - 1); /* hidden from -Warray-bounds */
     *before = 'U';
     free((void *)a);
+  } else if (strcmp(what, "origin_at_free") == 0 || strcmp(what, "origin_at_exit") == 0) {
+    volatile char *a = origin_site();
+    printf("PTR %p\n", (void *)a);
+    fflush(stdout);
+    a[40] = 'O'; /* one past the 40 bytes asked for */
+    if (strcmp(what, "origin_at_free") == 0) free((void *)a);
+    return 0; /* origin_at_exit: the live block's guard is verified at exit */
   } else if (strcmp(what, "checked_uaf") == 0) {
     volatile char *a = malloc(40);
     printf("PTR %p\n", (void *)a);
@@ -49,21 +66,30 @@ static int child(const char *what) {
   return 0; /* not reached when the report aborts */
 }
 
-static int expect(char *self, const char *what, const char *check, const char *message) {
+/* The child `what` ends by SIGABRT with message's line for its pointer on stderr, followed by
+ * `then`, and that by `then2` (NULL: nothing asked). env: NULL-terminated. */
+static int expect_env(char *self, const char *what, const char *const *env, const char *message,
+                      const char *then, const char *then2) {
   char *argv[] = {self, (char *)what, NULL};
-  const char *env[] = {check ? "MTPOOL_CHECK=1" : "MTPOOL_CHECK", NULL};
   th_proc_t pr;
   CHECK(th_run_self(argv, env, 60, &pr) == 0);
   const char *p = pr.out ? strstr(pr.out, "PTR 0x") : NULL;
   char line[256] = "";
   if (p) snprintf(line, sizeof line, "%s: pointer %.*s\n", message, (int)strcspn(p + 4, "\n"), p + 4);
-  int ok = p && WIFSIGNALED(pr.status) && WTERMSIG(pr.status) == SIGABRT && pr.err &&
-           strstr(pr.err, line) != NULL;
+  const char *at = p && pr.err ? strstr(pr.err, line) : NULL;
+  const char *next = at && then ? strstr(at + strlen(line), then) : at;
+  int ok = next && WIFSIGNALED(pr.status) && WTERMSIG(pr.status) == SIGABRT &&
+           (then2 == NULL || strstr(next, then2) != NULL);
   if (!ok)
     fprintf(stderr, "%s: want SIGABRT and \"%s\"; status %d, stderr:\n%s\n", what, line, pr.status,
             pr.err ? pr.err : "");
   th_proc_free(&pr);
   return ok;
+}
+
+static int expect(char *self, const char *what, const char *check, const char *message) {
+  const char *env[] = {check ? "MTPOOL_CHECK=1" : "MTPOOL_CHECK", NULL};
+  return expect_env(self, what, env, message, NULL, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -80,6 +106,19 @@ int main(int argc, char **argv) {
                "were written: an underflow)");
   ok &= expect(argv[0], "checked_uaf", "1",
                "mtpool: use after free: use after free (a freed block was written to)");
+#if defined(__GLIBC__)
+  /* checked mode with every allocation sampled: each block a large one with the profiler's record
+   * of its call stack, which the report prints after its line */
+  const char *origin_env[] = {"MTPOOL_CHECK=1", "MTPOOL_PROFILE=/dev/null", "MTPOOL_PROFILE_RATE=1",
+                              NULL};
+  const char *site = "mtpool: the block was allocated at:\n";
+  ok &= expect_env(argv[0], "origin_at_free", origin_env,
+                   "mtpool: buffer overflow: buffer overflow (bytes past the end of a large block "
+                   "were written)", site, "(origin_site+");
+  ok &= expect_env(argv[0], "origin_at_exit", origin_env,
+                   "mtpool: buffer overflow: buffer overflow (bytes past the end of a large block "
+                   "were written); pool \"default\", a live block of 40 bytes", site, "(origin_site+");
+#endif
   printf("%s\n", ok ? "ok" : "FAIL");
   return ok ? 0 : 1;
 }

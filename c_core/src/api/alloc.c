@@ -133,19 +133,28 @@ void *mtp_calloc(size_t count, size_t size) { return mtp_pool_calloc(NULL, count
 
 /* ---- free ---- */
 
-static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
-  if (p == NULL) return;
-  int e = errno; /* frees leave errno alone (mtpool.h); munmap or the purge thread may set it */
-  if (MTP_UNLIKELY(mtp__prof_on)) mtp__prof_free(p); /* a sampled block is a large one */
-  if (mtp__checked_free_outside(p, size, sized)) { /* checked mode: handled */
-    errno = e;
-    return;
-  }
+static void free_outside(void *p, size_t size, bool sized) {
+  if (mtp__checked_free_outside(p, size, sized)) return; /* checked mode: handled */
   int r = mtp__large_free(p, size, sized);
   if (r == MTP_LARGE_NOT)
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not allocated by mtpool)", p);
   else if (r == MTP_LARGE_CACHED)
     mtp__purger_wake(); /* the cached mapping goes back after the pool's delay */
+}
+
+static MTP_NOINLINE void free_not_region(void *p, size_t size, bool sized) {
+  if (p == NULL) return;
+  int e = errno; /* frees leave errno alone (mtpool.h); munmap or the purge thread may set it */
+  if (MTP_UNLIKELY(mtp__prof_on)) {
+    /* a sampled block is a large one: its sample goes, and a report on it names its site */
+    void *origin[MTP_PROF_MAX_DEPTH];
+    unsigned depth = mtp__prof_origin(p, origin, MTP_PROF_MAX_DEPTH, true);
+    mtp__error_origin(origin, depth);
+    free_outside(p, size, sized);
+    mtp__error_origin(NULL, 0);
+  } else {
+    free_outside(p, size, sized);
+  }
   errno = e;
 }
 

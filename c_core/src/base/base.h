@@ -82,6 +82,12 @@ static inline uint64_t mtp__run_freed_at(long purge_delay_ms, uint64_t now_ms) {
 
 /* ---- misuse reports (error.c): to the handler, or stderr + abort ---- */
 void mtp__error(int err, const char *what, const void *p);
+/* Where the block that this thread's next reports are about was allocated: depth return
+ * addresses, innermost first (the caller's array, read during the reports; depth 0 clears it).
+ * The default report prints them after its line; a handler set by mtp_set_error_handler does not
+ * see them. The caller that knows the site (the profiler's record of a sampled block) sets it
+ * around the call that may report. */
+void mtp__error_origin(void *const *pc, unsigned depth);
 /* Copy s (user text, e.g. a pool name) into buf for a plain-text report, every byte outside
  * printable ASCII and the quote and backslash escaped C-style, truncated to fit; needs
  * 4 * strlen(s) + 1 bytes for all of it. */

@@ -7,6 +7,16 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "unwind.h"
+
+/* The allocation site of the block reported next (mtp__error_origin): this thread's own. */
+static MTP_TLS void *const *tl_origin;
+static MTP_TLS unsigned tl_origin_depth;
+
+void mtp__error_origin(void *const *pc, unsigned depth) {
+  tl_origin = depth ? pc : NULL;
+  tl_origin_depth = depth;
+}
 
 /* fn is published with release after arg, and read with acquire before arg: a reporting thread
  * sees the argument stored with (or after) the handler it calls. Two threads setting handlers at
@@ -60,6 +70,12 @@ void mtp__error(int err, const char *what, const void *p) {
   buf[n++] = '\n';
   ssize_t w = write(2, buf, n);
   (void)w;
+  if (tl_origin_depth > 0) { /* set only where the unwinder works (glibc) */
+    static const char at[] = "mtpool: the block was allocated at:\n";
+    w = write(2, at, sizeof at - 1);
+    (void)w;
+    backtrace_symbols_fd(tl_origin, (int)tl_origin_depth, 2);
+  }
   abort();
 }
 

@@ -253,7 +253,12 @@ static void report_all(const reports_t *rs) {
     else
       snprintf(msg, sizeof msg, "%s; pool \"%s\", a live block of %zu bytes", r->what, rs->pool,
                r->size);
+    /* a live sampled block's allocation site, while profiling (a freed one's sample is gone) */
+    void *origin[MTP_PROF_MAX_DEPTH];
+    unsigned depth = mtp__prof_on ? mtp__prof_origin(r->p, origin, MTP_PROF_MAX_DEPTH, false) : 0;
+    mtp__error_origin(origin, depth);
     mtp__error(r->err, msg, r->p);
+    mtp__error_origin(NULL, 0);
   }
 }
 

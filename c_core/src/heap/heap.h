@@ -145,8 +145,12 @@ extern bool mtp__prof_on;
  * sampled, or served from the thread's reuse list or current slab (*done), else left to the usual
  * slow path (!*done). */
 void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
-/* A large block's free while profiling: drops p's sample if it is one. */
-void mtp__prof_free(void *p);
+#define MTP_PROF_MAX_DEPTH 48 /* frames kept per stack */
+/* While profiling: if p is a live sampled block, its allocation site's frames copied into pc (at
+ * most max; innermost first), their number returned (0: not a sample); `forget`: the sample is
+ * dropped as well (a large block's free). For a misuse report to name the site
+ * (mtp__error_origin). */
+unsigned mtp__prof_origin(const void *p, void **pc, unsigned max, bool forget);
 /* Whether p is a live sampled block. */
 bool mtp__prof_holds(const void *p);
 /* The calling thread's stand-in list of class cls back to its heap (before a slow path of cls

@@ -35,8 +35,9 @@
  * Recognising a sampled block at free. A sampled allocation is served as a large block (its own
  * pages, pool/large.c), whose free always misses the free fast path and reaches free_not_region
  * (api/alloc.c); while profiling, that slow path asks the profiler to drop the block's record
- * (mtp__prof_free). So a small block's free costs nothing more, sampled or not; a sampled block
- * costs a page of memory.
+ * (mtp__prof_origin), and a misuse report on the block (checked mode: an overflow found at its
+ * free) then names its allocation site. So a small block's free costs nothing more, sampled or
+ * not; a sampled block costs a page of memory.
  *
  * The call stack: glibc's backtrace() (libgcc's unwinder, from the binaries' .eh_frame: Debian's
  * binaries keep no frame pointers, so a frame-pointer walk would stop at the first libc frame).
@@ -246,7 +247,7 @@ static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *slow
   size_t charge = size <= MTP_MAX_SMALL ? mtp__class_size[mtp__class_lookup(size)] : size;
   mtp__tl_prof_busy = true;
   /* The sampled block: a large block of the size asked for (a sized free of that size stays
-   * valid), whose free reaches mtp__prof_free. */
+   * valid), whose free reaches mtp__prof_origin. */
   void *p = mtp__large_alloc(pool, size, 0);
   if (p != NULL) {
     void *pc[MTP_PROF_MAX_DEPTH];

@@ -100,10 +100,18 @@ static bool forget_locked(void *p) {
   return true;
 }
 
-void mtp__prof_free(void *p) {
+unsigned mtp__prof_origin(const void *p, void **pc, unsigned max, bool forget) {
+  unsigned n = 0;
   pthread_mutex_lock(&mtp__prof_lock);
-  (void)forget_locked(p);
+  prof_live_t *e = live_find((uintptr_t)p);
+  if (e != NULL) {
+    const prof_stack_t *s = &mtp__prof_stacks[e->stack];
+    n = s->depth < max ? s->depth : max;
+    memcpy(pc, s->pc, n * sizeof(void *));
+    if (forget) (void)forget_locked((void *)(uintptr_t)p);
+  }
   pthread_mutex_unlock(&mtp__prof_lock);
+  return n;
 }
 
 bool mtp__prof_holds(const void *p) {

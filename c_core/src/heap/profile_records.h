@@ -8,28 +8,10 @@
 
 #include "heap.h"
 
-/* The unwinder is glibc's (execinfo.h). Elsewhere (musl) MTPOOL_PROFILE is ignored and
- * mtp_profile_dump fails with ENOTSUP. */
-#if defined(__GLIBC__)
-#include <execinfo.h>
-#define MTP_PROF_UNWINDER 1
-#else
-#define MTP_PROF_UNWINDER 0
-static inline int backtrace(void **buf, int n) {
-  (void)buf;
-  (void)n;
-  return 0;
-}
-static inline void backtrace_symbols_fd(void *const *buf, int n, int fd) {
-  (void)buf;
-  (void)n;
-  (void)fd;
-}
-#endif
+#include "base/unwind.h"
 
 #pragma GCC visibility push(hidden)
 
-#define MTP_PROF_MAX_DEPTH 48 /* frames kept per stack */
 /* distinct stacks (a power of two); beyond them, one "other" entry */
 #define MTP_PROF_STACK_SLOTS 16384
 /* live samples (a power of two), at most MTP_PROF_LIVE_MAX of them */
