@@ -194,27 +194,42 @@ static void test_huge_purge(void) {
   CHECK(!mtp__is_region_ptr((uintptr_t)upper_at));
 }
 
+/* Large blocks of `pool` in the child: N of SIZE bytes freed after `touch` bytes of each were
+ * written, then 2N more (the first N reuse the freed ones' ranges, the last N are carved anew):
+ * the VmFlags of the first and the last block's mappings. */
+enum { LR_N = 16, LR_SIZE = 1 << 20 }; /* 16 MiB: twice auto's threshold */
+static void large_round(mtp_pool_t *pool, size_t touch, char *first, char *last, size_t len) {
+  static char *blk[3 * LR_N];
+  for (unsigned i = 0; i < 3 * LR_N; i++) {
+    blk[i] = mtp_pool_alloc(pool, LR_SIZE);
+    REQUIRE(blk[i] != NULL, "a large block");
+    memset(blk[i], 5, touch);
+    if (i + 1 == LR_N)
+      for (unsigned j = 0; j < LR_N; j++) mtp_free(blk[j]);
+  }
+  long ahp0, ahp1;
+  REQUIRE(smaps_of(blk[LR_N], first, len, &ahp0) == 0 && smaps_of(blk[3 * LR_N - 1], last, len, &ahp1) == 0,
+          "smaps entries");
+  printf("  large blocks (%zu bytes of each written): first VmFlags:%s  last VmFlags:%s  last mapping's "
+         "AnonHugePages %ld kB\n", touch, first, last, ahp1);
+  for (unsigned i = LR_N; i < 3 * LR_N; i++) {
+    CHECK(blk[i][touch - 1] == 5);
+    mtp_free(blk[i]);
+  }
+}
+
 /* In the child: large blocks are carved from a reserve that takes the setting's advice: huge from
- * the start (1), once the pool's large blocks take MTP_HUGE_AUTO_LARGE_BYTES (auto), never (0),
- * or none (system). */
+ * the start (1); in auto, once the pool's large blocks take MTP_HUGE_AUTO_LARGE_BYTES and those
+ * freed were resident whole, not for blocks written in a corner only; never (0), or none
+ * (system). */
 static void test_large_reserve(void) {
   int mode = mtp__hugepages_mode();
-  mtp_pool_t *p = th_pool("huge-large", 60000, 0);
-  enum { N = 16, SIZE = 1 << 20 }; /* 16 MiB: twice auto's threshold */
-  static char *blk[N];
-  for (unsigned i = 0; i < N; i++) {
-    blk[i] = mtp_pool_alloc(p, SIZE);
-    REQUIRE(blk[i] != NULL, "a large block");
-    memset(blk[i], 5, SIZE);
-  }
   char first[512] = "", last[512] = "";
-  long ahp0, ahp1;
-  REQUIRE(smaps_of(blk[0], first, sizeof first, &ahp0) == 0 && smaps_of(blk[N - 1], last, sizeof last, &ahp1) == 0,
-          "smaps entries");
-  printf("  large blocks: first VmFlags:%s  last VmFlags:%s  last mapping's AnonHugePages %ld kB\n", first, last, ahp1);
+  mtp_pool_t *p = th_pool("huge-large", 60000, 0);
+  large_round(p, LR_SIZE, first, last, sizeof first);
   if (mode == MTP_HUGE_ALWAYS) {
     CHECK(has_flag(first, "hg") && has_flag(last, "hg"));
-  } else if (mode == MTP_HUGE_AUTO) { /* the first ones below the threshold, the last above */
+  } else if (mode == MTP_HUGE_AUTO) { /* the reused ranges were carved before, the last after */
     CHECK(has_flag(first, "nh") && !has_flag(first, "hg"));
     CHECK(has_flag(last, "hg") && !has_flag(last, "nh"));
   } else if (mode == MTP_HUGE_NEVER) {
@@ -222,10 +237,12 @@ static void test_large_reserve(void) {
   } else {
     CHECK(!has_flag(first, "nh") && !has_flag(first, "hg") && !has_flag(last, "hg"));
   }
-  for (unsigned i = 0; i < N; i++) {
-    CHECK(blk[i][SIZE - 1] == 5);
-    mtp_free(blk[i]);
-  }
+  mtp_pool_destroy(p);
+  if (mode != MTP_HUGE_AUTO) return;
+  /* a page written of each 1 MiB block: a huge page would fault in 2 MiB for 4 KiB */
+  p = th_pool("huge-large-sparse", 60000, 0);
+  large_round(p, 4096, first, last, sizeof first);
+  CHECK(has_flag(last, "nh") && !has_flag(last, "hg"));
   mtp_pool_destroy(p);
 }
 

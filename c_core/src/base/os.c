@@ -183,6 +183,18 @@ int mtp__os_huge_advise(void *p, size_t size, bool huge) {
   return madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
 }
 
+size_t mtp__os_resident_bytes(const void *p, size_t size) {
+  size_t page = mtp__os_page_size(), got = 0;
+  unsigned char vec[256];
+  for (size_t done = 0; done < size;) {
+    size_t len = size - done < sizeof vec * page ? size - done : sizeof vec * page;
+    if (mincore((char *)(uintptr_t)p + done, len, vec) != 0) return SIZE_MAX;
+    for (size_t i = 0; i < (len + page - 1) / page; i++) got += (vec[i] & 1) ? page : 0;
+    done += len;
+  }
+  return got;
+}
+
 long mtp__os_anon_huge_kb(void) {
   int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;

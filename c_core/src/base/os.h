@@ -57,6 +57,9 @@ size_t mtp__os_huge_page_size(void);
  * (MADV_NOHUGEPAGE). pre: OS-page-aligned, mapped by mtp__os_map. Returns 0 or the errno (EINVAL
  * where the kernel lacks transparent huge pages); the advice is a hint, so callers may ignore it. */
 int mtp__os_huge_advise(void *p, size_t size, bool huge);
+/* The bytes of [p, p+size) that are resident (mincore), or SIZE_MAX if the kernel does not say.
+ * pre: OS-page-aligned, mapped. Allocates nothing (a small vector on the stack, in steps). */
+size_t mtp__os_resident_bytes(const void *p, size_t size);
 /* The process's anonymous memory in huge pages (AnonHugePages of /proc/self/smaps_rollup), in
  * kB; -1 where the kernel does not say. Allocates nothing. */
 long mtp__os_anon_huge_kb(void);

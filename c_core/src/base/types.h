@@ -497,6 +497,10 @@ struct mtp_pool {
   size_t large_reserve_left;    /* its bytes */
   uint64_t large_reserve_origin; /* its origin */
   bool large_reserve_huge;      /* its rest is advised for huge pages (large_ranges.c) */
+  /* auto huge pages for the reserve (large_ranges.c: a program that writes a corner of its big
+   * buffers gets none): of the blocks freed since it was mapped, the bytes sampled and those
+   * resident at their free */
+  size_t large_freed_sampled, large_freed_resident;
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

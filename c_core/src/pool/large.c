@@ -179,8 +179,11 @@ int mtp__large_free(void *p, size_t size, bool sized) {
   mtpi_pool_t *pool = rec->pool;
   unlive(pool, rec);
   mtpi_large_t *evict = NULL;
+  char *map = rec->map; /* rec may be merged away by the put */
+  size_t map_size = rec->map_size;
   bool cached = pool->check ? mtp__large_quarantine_put(pool, rec, &evict)
                             : mtp__large_cache_put(pool, rec, &evict);
+  if (cached && !pool->check) mtp__large_sample_freed(pool, map, map_size);
   if (!cached) mtp__large_hash_remove(rec, p);
   pthread_mutex_unlock(&mtp__large_lock);
   if (!cached) (void)mtp__large_unmap_rec(rec);

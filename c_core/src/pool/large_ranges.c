@@ -156,9 +156,14 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
  * that churn reuse pages already faulted in: one fault per 2 MiB, not per 4 KiB. A freed range
  * still goes back (munmap) after its delay, splitting a huge page it shares. In auto mode the
  * reserve is advised huge once the pool's large blocks, live and cached, take
- * MTP_HUGE_AUTO_LARGE_BYTES (then its untouched rest, from the next huge page on), NOHUGEPAGE
- * before, as regions are (the partly used huge page at the frontier then adds at most a quarter).
- * Returns the huge page size where the reserve may take huge pages in this mode, else 0. */
+ * MTP_HUGE_AUTO_LARGE_BYTES and the program is seen to use its large blocks whole: of the first
+ * blocks freed since this reserve was mapped (MTP_LARGE_SAMPLE_BYTES: one window, then no more
+ * mincore), 7/8 of the pages were resident at their free. A program that mallocs big buffers and writes a
+ * corner of each (a server's per-thread scratch lists) would have each 2 MiB faulted in whole
+ * (bench/results/notes.md: large_ranges.c). Then its untouched rest is advised huge, from the next
+ * huge page on; NOHUGEPAGE before, as regions are (the partly used huge page at the frontier then
+ * adds at most a quarter). Returns the huge page size where the reserve may take huge pages in
+ * this mode, else 0. */
 static size_t reserve_huge_size(void) {
   int mode = mtp__hugepages_mode();
   size_t hsize = mtp__os_huge_page_size();
@@ -174,12 +179,27 @@ static void reserve_advise(mtpi_pool_t *pool) {
   if (pool->large_reserve_huge || pool->large_reserve_left == 0 ||
       !mtp__hugepages_due(pool->large_bytes + pool->large_cached_bytes, MTP_HUGE_AUTO_LARGE_BYTES))
     return;
+  if (mtp__hugepages_mode() == MTP_HUGE_AUTO &&
+      (pool->large_freed_sampled < MTP_LARGE_SAMPLE_BYTES ||
+       pool->large_freed_resident < pool->large_freed_sampled / 8 * 7))
+    return; /* not seen to use its blocks whole (yet) */
   size_t hsize = reserve_huge_size();
   if (hsize == 0) return;
   uintptr_t at = ((uintptr_t)pool->large_reserve + hsize - 1) & ~(uintptr_t)(hsize - 1);
   uintptr_t end = (uintptr_t)pool->large_reserve + pool->large_reserve_left;
   pool->large_reserve_huge = true;
   if (at < end) (void)mtp__os_huge_advise((void *)at, end - at, true);
+}
+
+void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size) {
+  if (pool->large_reserve_huge || pool->large_freed_sampled >= MTP_LARGE_SAMPLE_BYTES ||
+      size > MTP_LARGE_RESERVE_TAKE_MAX || mtp__hugepages_mode() != MTP_HUGE_AUTO)
+    return;
+  size_t r = mtp__os_resident_bytes(map, size);
+  if (r == SIZE_MAX) return;
+  pool->large_freed_sampled += size;
+  pool->large_freed_resident += r;
+  reserve_advise(pool); /* the window may have closed on a verdict of whole use */
 }
 
 /* Large lock held: `size` bytes off the reserve's head (and *origin), or NULL. */
@@ -212,6 +232,7 @@ char *mtp__large_reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin) 
   pool->large_reserve_left = MTP_LARGE_RESERVE_BYTES;
   pool->large_reserve_origin = ++mtp__large_origin_count;
   pool->large_reserve_huge = false;
+  pool->large_freed_sampled = pool->large_freed_resident = 0; /* a new window */
   m = reserve_carve(pool, size, origin);
   pthread_mutex_unlock(&mtp__large_lock);
   if (old_left != 0) (void)mtp__os_unmap(old, old_left); /* never touched: nothing to count */

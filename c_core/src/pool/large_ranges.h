@@ -13,6 +13,8 @@
 /* Blocks up to 4 MiB are carved; bigger ones, which programs keep few of and may barely touch, are
  * mapped on their own: carved, they held more memory resident (bench/results/notes.md: large.c). */
 #define MTP_LARGE_RESERVE_TAKE_MAX (MTP_LARGE_RESERVE_BYTES / 16)
+/* Auto huge pages: the freed bytes whose residency decides the reserve's advice (large_ranges.c). */
+#define MTP_LARGE_SAMPLE_BYTES ((size_t)2 << 20)
 
 static inline mtpi_large_t *mtp__large_rec_of(mtpi_node_t *n) {
   return MTP_CONTAINER(n, mtpi_large_t, link);
@@ -38,6 +40,10 @@ size_t mtp__large_unmap_list(mtpi_large_t *list);
 /* No lock held: a fresh range of `size` bytes from pool's reserve, or NULL. */
 char *mtp__large_reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin);
 void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len);
+/* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
+ * of it is resident, towards auto's advice for the reserve, while that is undecided. */
+void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);
+
 void mtp__large_drop_cached(mtpi_pool_t *pool, mtpi_large_t *rec);
 /* Large lock not held: whether the freed pattern on a range just taken from the cache is intact. */
 bool mtp__large_freed_fill_ok(mtpi_large_t *rec);
