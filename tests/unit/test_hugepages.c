@@ -92,21 +92,30 @@ static void test_advice(void) {
   mtp__region_free_run(&rs, s, 0);
   mtp__region_purge(&rs, 0, -1, true);
   CHECK(rs.regions == NULL);
-  if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised */
-    mtpi_desc_t *t = NULL, *first = NULL;
-    while (rs.mapped_bytes - rs.clean_bytes <= MTP_HUGE_AUTO_BYTES) { /* pages in use */
-      t = mtp__region_alloc_slab(&rs, 4, NULL, false, false);
-      REQUIRE(t != NULL, "a span");
-      t->kind = MTP_PAGE_SLAB;
-      if (first == NULL) first = t;
+  if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised if used whole */
+    for (int touch = 1; touch >= 0; touch--) {
+      mtpi_rset_t set;
+      memset(&set, 0, sizeof set);
+      mtpi_desc_t *t = NULL, *first = NULL;
+      while (set.mapped_bytes - set.clean_bytes <= MTP_HUGE_AUTO_BYTES) { /* pages in use */
+        t = mtp__region_alloc_slab(&set, 4, NULL, false, false);
+        REQUIRE(t != NULL, "a span");
+        t->kind = MTP_PAGE_SLAB;
+        if (touch) memset(mtp__page_start(t), 1, 4 * MTP_PAGE_SIZE); /* resident whole */
+        if (first == NULL) first = t;
+      }
+      /* t's region was mapped when the set used MTP_HUGE_AUTO_BYTES already */
+      mtpi_region_t *small = mtp__region_of_desc(first), *big = mtp__region_of_desc(t);
+      CHECK(small->h.huge_pages == 0);
+      REQUIRE(smaps_of(mtp__region_base(big) + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0, "smaps");
+      printf("  auto, region at %zu MiB mapped, pages in use %s: VmFlags:%s", set.mapped_bytes >> 20,
+             touch ? "written" : "never touched", flags);
+      if (touch)
+        CHECK(has_flag(flags, "hg") && big->h.huge_pages != 0);
+      else /* a 2 MiB huge page for pages no one writes: not advised */
+        CHECK(has_flag(flags, "nh") && big->h.huge_pages == 0);
+      mtp__region_unmap_all(&set);
     }
-    /* t's region was mapped when the set used MTP_HUGE_AUTO_BYTES already */
-    mtpi_region_t *small = mtp__region_of_desc(first), *big = mtp__region_of_desc(t);
-    CHECK(small->h.huge_pages == 0);
-    REQUIRE(smaps_of(mtp__region_base(big) + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0, "smaps");
-    printf("  auto, region at %zu MiB mapped: VmFlags:%s", rs.mapped_bytes >> 20, flags);
-    CHECK(has_flag(flags, "hg") && big->h.huge_pages != 0);
-    mtp__region_unmap_all(&rs);
   }
 }
 

@@ -195,6 +195,13 @@ size_t mtp__os_resident_bytes(const void *p, size_t size) {
   return got;
 }
 
+int mtp__os_resident_map(const void *p, size_t size, unsigned char *vec) {
+  if (mincore((void *)(uintptr_t)p, size, vec) != 0) return -1;
+  size_t n = (size + mtp__os_page_size() - 1) / mtp__os_page_size();
+  for (size_t i = 0; i < n; i++) vec[i] &= 1;
+  return 0;
+}
+
 long mtp__os_anon_huge_kb(void) {
   int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;

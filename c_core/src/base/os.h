@@ -60,6 +60,9 @@ int mtp__os_huge_advise(void *p, size_t size, bool huge);
 /* The bytes of [p, p+size) that are resident (mincore), or SIZE_MAX if the kernel does not say.
  * pre: OS-page-aligned, mapped. Allocates nothing (a small vector on the stack, in steps). */
 size_t mtp__os_resident_bytes(const void *p, size_t size);
+/* vec[i] = 1 if the i-th OS page of [p, p+size) is resident, else 0 (size / OS page entries);
+ * returns 0, or -1 if the kernel does not say. pre: as above. */
+int mtp__os_resident_map(const void *p, size_t size, unsigned char *vec);
 /* The process's anonymous memory in huge pages (AnonHugePages of /proc/self/smaps_rollup), in
  * kB; -1 where the kernel does not say. Allocates nothing. */
 long mtp__os_anon_huge_kb(void);

@@ -309,6 +309,9 @@ typedef struct mtpi_rset {
   void *populate_at;     /* a range to fault in outside the lock (see region.h) */
   size_t populate_len;
   bool populate_dirtied; /* that range left free pages resident: a purge will be due */
+  /* auto huge pages: the pool's pages in use were found resident whole (region.c); once true, it
+   * stays */
+  bool huge_dense;
   /* Regions unmapped so far. Written under the pool lock (relaxed add); read without it by a
    * remote free before its push, and again under the lock by its news (mtp__pool_detached_news):
    * equal, and no region of this set went away in between. */

@@ -50,6 +50,29 @@ static void rlist_push_back(mtpi_rset_t *rs, mtpi_region_t *r) {
   rs->regions_tail = n;
 }
 
+/* Auto huge pages: whether the pages in use of rs's first DENSE_REGIONS regions (those not free)
+ * are 7/8 resident. A program whose blocks leave most of their pages untouched (medium runs
+ * rounded up to whole pages, buffers written in a corner) would have every 2 MiB it touches
+ * faulted in whole (bench/results/notes.md: region.c). One mincore per region, at a new region
+ * while the verdict is "not dense". */
+#define DENSE_REGIONS 16
+static bool in_use_dense(const mtpi_rset_t *rs) {
+  size_t os_page = mtp__os_page_size(), per_page = MTP_PAGE_SIZE / os_page, used = 0, resident = 0;
+  unsigned char vec[MTP_REGION_SIZE / 4096];
+  if (MTP_REGION_SIZE / os_page > sizeof vec) return false;
+  unsigned n = 0;
+  for (mtpi_node_t *it = rs->regions; it != NULL && n < DENSE_REGIONS; it = it->next, n++) {
+    mtpi_region_t *r = mtp__region_from_node(it);
+    if (mtp__os_resident_map(mtp__region_base(r), MTP_REGION_SIZE, vec) != 0) return false;
+    for (unsigned i = FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
+      if (r->h.free_mask[i / 64] & ((uint64_t)1 << (i % 64))) continue;
+      used += per_page;
+      for (size_t k = 0; k < per_page; k++) resident += vec[i * per_page + k];
+    }
+  }
+  return used > 0 && resident >= used / 8 * 7;
+}
+
 /* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
  * so each of its aligned huge ranges can be one huge page. */
 static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
@@ -59,8 +82,11 @@ static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
    * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
   if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
   /* auto counts the pages in use or dirty, not the regions mapped: threads that each claim a
-   * region for their fresh pages map many while using a little of each */
+   * region for their fresh pages map many while using a little of each; and it wants the pages
+   * in use resident whole (in_use_dense) */
   bool huge = mtp__hugepages_due(rs->mapped_bytes - rs->clean_bytes, MTP_HUGE_AUTO_BYTES);
+  if (huge && mtp__hugepages_mode() == MTP_HUGE_AUTO && !rs->huge_dense)
+    huge = rs->huge_dense = in_use_dense(rs);
   /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
   if (mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge) == 0 && huge)
     r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
