@@ -196,50 +196,25 @@ static int c_foreign_usable(void) {
   return 0;
 }
 
-static int c_interior(void) {
-  char *p = A(64);
-  say_addr((uintptr_t)(p + 16));
-  mtp_free(p + 16);
+/* mtp_free(p + off) of a block of n bytes; the block itself is freed after the report. */
+static int free_inside(size_t n, size_t off) {
+  char *p = A(n);
+  say_addr((uintptr_t)(p + off));
+  mtp_free(p + off);
   g_refree = p;
   return 1;
 }
-
-static int c_interior8(void) {
-  char *p = A(24);
-  say_addr((uintptr_t)(p + 8));
-  mtp_free(p + 8);
-  g_refree = p;
-  return 1;
-}
-
-static int c_unaligned(void) {
-  char *p = A(24);
-  say_addr((uintptr_t)(p + 1));
-  mtp_free(p + 1);
-  g_refree = p;
-  return 1;
-}
-
-static int c_interior_upper(void) {
-  char *p = A(4160); /* a class above 1 KiB, in a slab of two pages */
-  say_addr((uintptr_t)(p + 64));
-  mtp_free(p + 64);
-  g_refree = p;
-  return 1;
-}
+static int c_interior(void) { return free_inside(64, 16); }
+static int c_interior8(void) { return free_inside(24, 8); }
+static int c_unaligned(void) { return free_inside(24, 1); }
+/* a class above 1 KiB, in a slab of two pages */
+static int c_interior_upper(void) { return free_inside(4160, 64); }
+static int c_interior_large(void) { return free_inside((size_t)4 << 20, 8192); }
 
 static int c_interior_sized(void) {
   char *p = A(64);
   say_addr((uintptr_t)(p + 16));
   mtp_free_sized(p + 16, 48);
-  g_refree = p;
-  return 1;
-}
-
-static int c_interior_large(void) {
-  char *p = A((size_t)4 << 20);
-  say_addr((uintptr_t)(p + 8192));
-  mtp_free(p + 8192);
   g_refree = p;
   return 1;
 }

@@ -185,7 +185,6 @@ MTP_INLINE bool block_start_bump(const mtpi_desc_t *s, const mtpi_block_t *b, co
  * sends a block never handed out to the slow path, and the interior-pointer test a pointer into
  * a block or not aligned as its blocks are; the slow path reports both: pushing either would let
  * the free list hand out memory twice. */
-
 MTP_INLINE void free_fast(mtpi_desc_t *s, void *p) {
   mtpi_block_t *b = (mtpi_block_t *)p;
   /* relaxed owner: a hint (types.h); the compare is against our own token, which only this

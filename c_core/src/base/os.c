@@ -183,23 +183,23 @@ int mtp__os_huge_advise(void *p, size_t size, bool huge) {
   return madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
 }
 
-size_t mtp__os_resident_bytes(const void *p, size_t size) {
-  size_t page = mtp__os_page_size(), got = 0;
-  unsigned char vec[256];
-  for (size_t done = 0; done < size;) {
-    size_t len = size - done < sizeof vec * page ? size - done : sizeof vec * page;
-    if (mincore((char *)(uintptr_t)p + done, len, vec) != 0) return SIZE_MAX;
-    for (size_t i = 0; i < (len + page - 1) / page; i++) got += (vec[i] & 1) ? page : 0;
-    done += len;
-  }
-  return got;
-}
-
 int mtp__os_resident_map(const void *p, size_t size, unsigned char *vec) {
   if (mincore((void *)(uintptr_t)p, size, vec) != 0) return -1;
   size_t n = (size + mtp__os_page_size() - 1) / mtp__os_page_size();
   for (size_t i = 0; i < n; i++) vec[i] &= 1;
   return 0;
+}
+
+size_t mtp__os_resident_bytes(const void *p, size_t size) {
+  size_t page = mtp__os_page_size(), got = 0;
+  unsigned char vec[256];
+  for (size_t done = 0; done < size;) {
+    size_t len = size - done < sizeof vec * page ? size - done : sizeof vec * page;
+    if (mtp__os_resident_map((const char *)p + done, len, vec) != 0) return SIZE_MAX;
+    for (size_t i = 0; i < (len + page - 1) / page; i++) got += vec[i] * page;
+    done += len;
+  }
+  return got;
 }
 
 long mtp__os_anon_huge_kb(void) {

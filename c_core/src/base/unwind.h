@@ -7,9 +7,9 @@
 
 #if defined(__GLIBC__)
 #include <execinfo.h>
-#define MTP_PROF_UNWINDER 1
+#define MTP_HAVE_UNWINDER 1
 #else
-#define MTP_PROF_UNWINDER 0
+#define MTP_HAVE_UNWINDER 0
 static inline int backtrace(void **buf, int n) {
   (void)buf;
   (void)n;

@@ -355,7 +355,7 @@ static void *map_zeroed(size_t size) {
 
 __attribute__((constructor)) static void prof_start(void) {
   const char *path = getenv("MTPOOL_PROFILE");
-  if (!MTP_PROF_UNWINDER || path == NULL || *path == 0 || strlen(path) >= sizeof mtp__prof_path)
+  if (!MTP_HAVE_UNWINDER || path == NULL || *path == 0 || strlen(path) >= sizeof mtp__prof_path)
     return;
   const char *r = getenv("MTPOOL_PROFILE_RATE");
   if (r != NULL && *r != 0) {

@@ -158,9 +158,9 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
  * reserve is advised huge once the pool's large blocks, live and cached, take
  * MTP_HUGE_AUTO_LARGE_BYTES and the program is seen to use its large blocks whole: of the first
  * blocks freed since this reserve was mapped (MTP_LARGE_SAMPLE_BYTES: one window, then no more
- * mincore), 7/8 of the pages were resident at their free. A program that mallocs big buffers and writes a
- * corner of each (a server's per-thread scratch lists) would have each 2 MiB faulted in whole
- * (bench/results/notes.md: large_ranges.c). Then its untouched rest is advised huge, from the next
+ * mincore), 7/8 of the pages were resident at their free. A program that mallocs big buffers and
+ * writes a corner of each (a server's per-thread scratch lists) would have each 2 MiB faulted in
+ * whole (bench/results/notes.md: large_ranges.c). Then its untouched rest is advised huge, from the next
  * huge page on; NOHUGEPAGE before, as regions are (the partly used huge page at the frontier then
  * adds at most a quarter). Returns the huge page size where the reserve may take huge pages in
  * this mode, else 0. */

@@ -43,7 +43,6 @@ void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len);
 /* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
  * of it is resident, towards auto's advice for the reserve, while that is undecided. */
 void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);
-
 void mtp__large_drop_cached(mtpi_pool_t *pool, mtpi_large_t *rec);
 /* Large lock not held: whether the freed pattern on a range just taken from the cache is intact. */
 bool mtp__large_freed_fill_ok(mtpi_large_t *rec);
