@@ -134,7 +134,9 @@ static void test_calloc(void) {
   CHECK(all_zero(a, n));
   memset(a, 0xAB, n);
   mtp_free(a);
-  /* the same pages again, resident and dirty: cleared */
+  /* the same pages again, resident and dirty (once another span was freed last): cleared */
+  void *other = mtp_pool_alloc(p, n);
+  mtp_free(other);
   unsigned char *b = mtp_pool_calloc(p, n / 1000, 1000);
   REQUIRE(b != NULL, "calloc");
   CHECK(b == a);
@@ -266,13 +268,22 @@ static void test_visit(void) {
   mtp_pool_destroy(p);
 }
 
-/* Write into the freed span `freed` (size bytes), take a span of that size again: it is the same
- * one, and the write is reported as the errs-th error. Not under AddressSanitizer, which reports
- * the write itself. */
+/* A span of size bytes, taken after one other span of that size was allocated and freed: in a
+ * pool whose thread cache keeps spans, the span this thread freed last before the call, if it
+ * fits (the cache never hands out the span freed last). */
+static char *alloc_past_newest(mtp_pool_t *p, size_t size) {
+  char *other = mtp_pool_alloc(p, size);
+  mtp_free(other);
+  return mtp_pool_alloc(p, size);
+}
+
+/* Write into the span `freed` (size bytes), freed last, take a span of that size again: it is
+ * the same one, and the write is reported as the errs-th error. Not under AddressSanitizer,
+ * which reports the write itself. */
 static void check_write_after_free(mtp_pool_t *p, char *freed, size_t size, int errs) {
   if (TH_SANITIZED) return;
   memset(freed, 'W', 16);
-  char *again = mtp_pool_alloc(p, size);
+  char *again = alloc_past_newest(p, size);
   CHECK(again == freed);
   CHECK(g_errs == errs && g_err == MTP_ERR_USE_AFTER_FREE && g_err_ptr == again);
   mtp_free(again);
@@ -314,10 +325,12 @@ static void test_misuse(void) {
   mtp_pool_destroy(p);
 }
 
-/* A span freed by a thread that allocates from the pool waits in that thread's cache: the next
- * span of as many pages (or up to a quarter more) is that one, taken without the pool lock. While
- * cached it is free in the statistics and the heap walk, and every misuse of its address is still
- * reported; trim and the thread's exit give it back to its region. */
+/* A span freed by a thread that allocates from the pool waits in that thread's cache: a later
+ * span of as many pages (or up to a quarter more) is that one, taken without the pool lock, but
+ * never the span the thread freed last, so that a use after free of it cannot reach the next
+ * block of its size. While cached it is free in the statistics and the heap walk, and every
+ * misuse of its address is still reported; trim and the thread's exit give it back to its
+ * region. */
 static void *alloc_100k(void *arg) { return mtp_pool_alloc(arg, 100 * KiB); }
 static void *alloc_free_200k(void *arg) {
   char *a = mtp_pool_alloc(arg, 200 * KiB);
@@ -336,8 +349,11 @@ static void test_thread_cache(void) {
   CHECK_EQ_SZ(st.large_blocks, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 0);
   CHECK_EQ_SZ(st.frees, 1);
+  char *fresh = mtp_pool_alloc(p, 120 * KiB);
+  CHECK(fresh != NULL && fresh != a); /* a, freed last, is not handed back at once */
+  mtp_free(fresh);
   char *b = mtp_pool_alloc(p, 120 * KiB);
-  CHECK(b == a); /* the same two pages */
+  CHECK(b == a); /* the same two pages, from the cache, now that fresh was freed last */
   CHECK_EQ_SZ(th_stats(p).large_bytes, 128 * KiB);
   mtp_free(b);
   /* misuse of a cached span's address */
@@ -363,13 +379,17 @@ static void test_thread_cache(void) {
     char *c5 = mtp_pool_alloc(p, 300 * KiB);
     REQUIRE(c5 != NULL, "alloc");
     mtp_free(c5);
-    char *d = mtp_pool_alloc(p, 250 * KiB);
+    char *d = alloc_past_newest(p, 250 * KiB);
     CHECK(d == c5);
     CHECK_EQ_SZ(mtp_usable_size(d), 320 * KiB);
     mtp_free_sized(d, 250 * KiB);
     CHECK(g_errs == 0);
   }
   /* calloc from the cache: the dirty pages cleared */
+  char *c2 = mtp_pool_alloc(p, 200 * KiB);
+  CHECK(c2 != c);
+  memset(c2, 3, 200 * KiB);
+  mtp_free(c2);
   unsigned char *z = mtp_pool_calloc(p, 1, 200 * KiB);
   CHECK(z == (unsigned char *)c);
   CHECK(all_zero(z, 200 * KiB));
@@ -378,7 +398,7 @@ static void test_thread_cache(void) {
   check_write_after_free(p, c, 200 * KiB, 1);
   g_errs = 0;
   /* trim gives the cached spans back */
-  CHECK(mtp_pool_trim(p) >= 256 * KiB + 128 * KiB);
+  CHECK(mtp_pool_trim(p) >= 2 * 256 * KiB + 2 * 128 * KiB);
   CHECK_EQ_SZ(th_stats(p).bytes_mapped, 0);
   /* a span another thread allocated, freed here: this thread's cache keeps it */
   pthread_t t;
@@ -387,7 +407,7 @@ static void test_thread_cache(void) {
   pthread_join(t, &r);
   REQUIRE(r != NULL, "alloc in thread");
   mtp_free(r);
-  CHECK(mtp_pool_alloc(p, 100 * KiB) == r);
+  CHECK(alloc_past_newest(p, 100 * KiB) == r);
   mtp_free(r);
   /* a thread's cached span goes back to its region when the thread exits */
   REQUIRE(pthread_create(&t, NULL, alloc_free_200k, p) == 0, "create");

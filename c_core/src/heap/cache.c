@@ -29,13 +29,21 @@ mtpi_desc_t *mtp__cache_take_slab(mtpi_member_t *m, unsigned cls, bool *formatte
 }
 
 /* A freed medium block of `pages` to `most` pages (the newest of exactly `pages`, else the
- * shortest), out of the cache, or NULL. */
+ * shortest), out of the cache, or NULL. The block freed last is never taken: a use after free of
+ * it cannot reach the next block of its size (with a single block of a size cached, the caller
+ * takes fresh pages, so a loop of one size alternates between two cached runs). */
 static mtpi_desc_t *take_medium(mtpi_member_t *m, unsigned pages, unsigned most) {
   mtp__cache_lock(m);
   mtpi_node_t *best = NULL;
+  bool newest = true; /* the cache is newest first */
   for (mtpi_node_t *n = m->cache; n != NULL; n = n->next) {
     mtpi_desc_t *s = mtp__desc_of_node(n);
-    if (s->kind != MTP_PAGE_MEDIUM || s->pages < pages || s->pages > most) continue;
+    if (s->kind != MTP_PAGE_MEDIUM) continue;
+    if (newest) {
+      newest = false;
+      continue;
+    }
+    if (s->pages < pages || s->pages > most) continue;
     if (best == NULL || s->pages < mtp__desc_of_node(best)->pages) best = n;
     if (s->pages == pages) break; /* the newest that fits exactly */
   }

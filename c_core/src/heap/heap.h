@@ -41,7 +41,7 @@ static inline mtpi_heap_t *mtp__thread_heap(const mtpi_thread_t *t, uint32_t id)
  * (*formatted: its free list and bump pointer kept), else one of as many pages (to format). */
 mtpi_desc_t *mtp__cache_take_slab(mtpi_member_t *m, unsigned cls, bool *formatted);
 /* The owner: a medium block of size bytes from m's cache (a freed one of its pages, up to a
- * quarter more), or NULL. */
+ * quarter more, never the one freed last), or NULL. */
 void *mtp__cache_medium_alloc(mtpi_member_t *m, size_t size, bool zero);
 /* Free the medium block p (s: its head descriptor, seen as MEDIUM) into the calling thread's cache
  * if the thread has a heap in its pool and the pool caches, else to its region; misuse reported. */

@@ -6,7 +6,8 @@
  * free finds the block from the address as a small free finds its slab (chunk map, descriptor by
  * masking, its head); its owner word is 0, so the free fast path misses and the heap's free slow
  * path dispatches on the kind. A freed medium block waits in the freeing thread's cache (heap
- * layer) if that thread allocates from the pool too, else its pages go back to the region as free
+ * layer; the thread's next block of its size is another one) if that thread allocates from the
+ * pool too, else its pages go back to the region as free
  * pages under the pool lock, like a released slab's: any slab or medium block reuses them, and
  * they are purged a tenth of the pool's delay after (base.h).
  *
