@@ -230,15 +230,41 @@ static void large_round(mtp_pool_t *pool, size_t touch, char *first, char *last,
   }
 }
 
+/* A block of `size` bytes, above the reserve's largest carve and larger than what the pool has
+ * cached, gets a mapping of its own: advised `flag` ("hg" huge, "nh" never, NULL none), and
+ * aligned to the huge page size when huge. */
+static void own_block(mtp_pool_t *pool, size_t size, const char *flag) {
+  char flags[512] = "";
+  long ahp;
+  char *b = mtp_pool_alloc(pool, size);
+  REQUIRE(b != NULL, "a block mapped on its own");
+  b[0] = 7;
+  REQUIRE(smaps_of(b, flags, sizeof flags, &ahp) == 0, "the block's smaps entry");
+  printf("  %zu MiB block %p: VmFlags:%s", size >> 20, (void *)b, flags);
+  if (flag == NULL) {
+    CHECK(!has_flag(flags, "hg") && !has_flag(flags, "nh"));
+  } else {
+    CHECK(has_flag(flags, flag) && !has_flag(flags, strcmp(flag, "hg") == 0 ? "nh" : "hg"));
+  }
+  if (flag != NULL && strcmp(flag, "hg") == 0) CHECK(((uintptr_t)b & (mtp__os_huge_page_size() - 1)) == 0);
+  mtp_free(b);
+}
+
 /* In the child: large blocks are carved from a reserve that takes the setting's advice: huge from
  * the start (1); in auto, once the pool's large blocks take MTP_HUGE_AUTO_LARGE_BYTES and those
  * freed were resident whole, not for blocks written in a corner only; never (0), or none
- * (system). */
+ * (system). A block mapped on its own follows (own_block). */
 static void test_large_reserve(void) {
   int mode = mtp__hugepages_mode();
   char first[512] = "", last[512] = "";
-  mtp_pool_t *p = th_pool("huge-large", 60000, 0);
+  mtp_pool_t *p = th_pool("huge-own", 60000, 0);
+  own_block(p, 6 << 20, mode == MTP_HUGE_ALWAYS ? "hg" : mode == MTP_HUGE_NEVER ? "nh" : NULL);
+  mtp_pool_destroy(p);
+  p = th_pool("huge-large", 60000, 0);
   large_round(p, LR_SIZE, first, last, sizeof first);
+  /* in auto, once the reserve has gone huge, so does a block mapped on its own */
+  own_block(p, (size_t)100 << 20, /* more than the 48 MiB cached */
+            mode == MTP_HUGE_ALWAYS || mode == MTP_HUGE_AUTO ? "hg" : mode == MTP_HUGE_NEVER ? "nh" : NULL);
   if (mode == MTP_HUGE_ALWAYS) {
     CHECK(has_flag(first, "hg") && has_flag(last, "hg"));
   } else if (mode == MTP_HUGE_AUTO) { /* the reused ranges were carved before, the last after */
@@ -255,6 +281,7 @@ static void test_large_reserve(void) {
   p = th_pool("huge-large-sparse", 60000, 0);
   large_round(p, 4096, first, last, sizeof first);
   CHECK(has_flag(last, "nh") && !has_flag(last, "hg"));
+  own_block(p, (size_t)100 << 20, NULL); /* no verdict of whole use: the system decides */
   mtp_pool_destroy(p);
 }
 

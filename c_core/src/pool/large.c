@@ -68,6 +68,16 @@ static void *hand_out(mtpi_large_t *rec) {
   return rec->ptr;
 }
 
+/* A range mapped for one block, advised as mtp__large_own_huge says: aligned to the huge page size
+ * where it is to be huge, so that its first bytes are in a whole huge page too. */
+static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment) {
+  int huge = mtp__large_own_huge(pool, size);
+  if (huge > 0 && alignment < mtp__os_huge_page_size()) alignment = mtp__os_huge_page_size();
+  void *m = mtp__os_map(size, alignment);
+  if (m != NULL && huge != 0) (void)mtp__os_huge_advise(m, size, huge > 0);
+  return m;
+}
+
 /* A large block of `size` bytes whose range has room for `room` bytes more (room > 0: realloc
  * made it, it may grow again); `zero`: its first `size` bytes read as zero (calloc). A fresh
  * mapping is zero already: it is not written, so only the pages the caller touches are faulted in
@@ -102,7 +112,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   void *m = NULL;
   if (mtp__large_caches(pool) && alignment <= os_page && map_size <= MTP_LARGE_RESERVE_TAKE_MAX)
     m = mtp__large_reserve_take(pool, map_size, &origin);
-  if (m == NULL) m = mtp__os_map(map_size, alignment > os_page ? alignment : os_page);
+  if (m == NULL) m = map_own(pool, map_size, alignment > os_page ? alignment : os_page);
   if (m == NULL) {
     mtp__meta_free(rec, sizeof(*rec));
     errno = ENOMEM;

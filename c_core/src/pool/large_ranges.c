@@ -191,6 +191,29 @@ static void reserve_advise(mtpi_pool_t *pool) {
   if (at < end) (void)mtp__os_huge_advise((void *)at, end - at, true);
 }
 
+/* A range mapped for one block (above MTP_LARGE_RESERVE_TAKE_MAX, or one the reserve does not
+ * serve) follows the mode as the reserve does: huge with 1, never with 0; in auto huge once this
+ * pool's reserve has gone huge (its large blocks were seen to be used whole), else no advice, so
+ * that the system decides for it as it would for any mapping; none below one huge page. */
+int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
+  size_t hsize = reserve_huge_size();
+  if (hsize == 0 || size < hsize) return 0;
+  switch (mtp__hugepages_mode()) {
+  case MTP_HUGE_ALWAYS:
+    return 1;
+  case MTP_HUGE_NEVER:
+    return -1;
+  case MTP_HUGE_AUTO: {
+    pthread_mutex_lock(&mtp__large_lock);
+    bool whole = pool->large_reserve_huge;
+    pthread_mutex_unlock(&mtp__large_lock);
+    return whole ? 1 : 0;
+  }
+  default:
+    return 0;
+  }
+}
+
 void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size) {
   if (pool->large_reserve_huge || pool->large_freed_sampled >= MTP_LARGE_SAMPLE_BYTES ||
       size > MTP_LARGE_RESERVE_TAKE_MAX || mtp__hugepages_mode() != MTP_HUGE_AUTO)

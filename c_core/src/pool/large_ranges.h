@@ -40,6 +40,9 @@ size_t mtp__large_unmap_list(mtpi_large_t *list);
 /* No lock held: a fresh range of `size` bytes from pool's reserve, or NULL. */
 char *mtp__large_reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin);
 void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len);
+/* Large lock not held: the advice for a range of `size` bytes mapped for one block (one that is
+ * not carved from the reserve): 1 huge, -1 never huge, 0 none (the system decides). */
+int mtp__large_own_huge(mtpi_pool_t *pool, size_t size);
 /* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
  * of it is resident, towards auto's advice for the reserve, while that is undecided. */
 void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);
