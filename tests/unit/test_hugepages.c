@@ -10,6 +10,7 @@
 
 #include "base/os.h"
 #include "base/track.h"
+#include "pool/pool.h"
 #include "region/region.h"
 #include "testhelper.h"
 
@@ -250,6 +251,33 @@ static void own_block(mtp_pool_t *pool, size_t size, const char *flag) {
   mtp_free(b);
 }
 
+/* In auto, a block mapped on its own with no verdict of the reserve to go by is judged by its use
+ * on the purge passes after it: written whole, it is advised huge; written in its first page only,
+ * it never is. Each waits (at most 10 s) until the pool has no block left to judge. */
+static void judged_block(size_t written, bool huge) {
+  enum { SIZE = 16 << 20 };
+  mtp_pool_t *p = th_pool("huge-judged", 60000, 0);
+  char *b = mtp_pool_alloc(p, SIZE);
+  REQUIRE(b != NULL, "a 16 MiB block");
+  memset(b, 9, written);
+  size_t judging = 1;
+  double t0 = th_now();
+  while (judging != 0 && th_now() - t0 < 10) {
+    usleep(20000);
+    pthread_mutex_lock(&mtp__large_lock);
+    judging = p->large_judging;
+    pthread_mutex_unlock(&mtp__large_lock);
+  }
+  char flags[512] = "";
+  long ahp;
+  REQUIRE(smaps_of(b, flags, sizeof flags, &ahp) == 0, "the block's smaps entry");
+  printf("  16 MiB block, %zu bytes written: judged after %.2f s, VmFlags:%s", written, th_now() - t0, flags);
+  CHECK_EQ_SZ(judging, 0);
+  CHECK(huge ? has_flag(flags, "hg") : !has_flag(flags, "hg"));
+  CHECK(((uintptr_t)b & (mtp__os_huge_page_size() - 1)) == 0);
+  mtp_pool_destroy(p);
+}
+
 /* In the child: large blocks are carved from a reserve that takes the setting's advice: huge from
  * the start (1); in auto, once the pool's large blocks take MTP_HUGE_AUTO_LARGE_BYTES and those
  * freed were resident whole, not for blocks written in a corner only; never (0), or none
@@ -281,8 +309,10 @@ static void test_large_reserve(void) {
   p = th_pool("huge-large-sparse", 60000, 0);
   large_round(p, 4096, first, last, sizeof first);
   CHECK(has_flag(last, "nh") && !has_flag(last, "hg"));
-  own_block(p, (size_t)100 << 20, NULL); /* no verdict of whole use: the system decides */
+  own_block(p, (size_t)100 << 20, NULL); /* no verdict of the reserve yet: judged later */
   mtp_pool_destroy(p);
+  judged_block(16 << 20, true);
+  judged_block(4096, false);
 }
 
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */

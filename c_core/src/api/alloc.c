@@ -95,7 +95,7 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   }
   /* a medium block starts on a page: 64 KiB aligned */
   if (size <= MTP_MEDIUM_MAX && alignment <= MTP_PAGE_SIZE) return mtp__heap_medium_alloc(pool, size, false);
-  return mtp__large_alloc(pool, size, alignment);
+  return mtp__heap_large_alloc(pool, size, alignment);
 }
 
 void *mtp_alloc_aligned(size_t size, size_t alignment) {
@@ -111,7 +111,13 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
   /* profiling: through the slow path, which counts it (heap/profile.c) */
-  if (!p->check && !(mtp__prof_on && p->id == 0)) return n <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(p, n, true) : mtp__large_alloc_zero(p, n);
+  if (!p->check && !(mtp__prof_on && p->id == 0)) {
+    if (n <= MTP_MEDIUM_MAX) return mtp__heap_medium_alloc(p, n, true);
+    bool judge = false;
+    void *b = mtp__large_alloc_zero(p, n, &judge);
+    if (judge) mtp__purger_judge();
+    return b;
+  }
   void *b = mtp_pool_alloc(pool, n);
   if (b != NULL) memset(b, 0, n);
   return b;
@@ -387,8 +393,10 @@ void *mtp_realloc(void *p, size_t size) {
      * REALLOC_MEDIUM_MAX: above it, a block that realloc moves is a growing buffer, and a large
      * block grows by mremap (no copy), where a medium block's growth that no free pages follow copies it,
      * and so does its move to a large block past MTP_MEDIUM_MAX. */
+    bool judge = false;
     q = size <= REALLOC_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false)
-                             : mtp__large_alloc_room(pool, size, size / 8);
+                             : mtp__large_alloc_room(pool, size, size / 8, &judge);
+    if (judge) mtp__purger_judge();
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);
   }

@@ -434,6 +434,7 @@ typedef struct mtpi_large {
   uint64_t origin;       /* the kernel mapping the range lies in: a number never reused */
   uint32_t slot;         /* CACHED: its entry in the pool's large_slots */
   bool cached;
+  uint8_t judge_left;    /* LIVE, mapped on its own: purge passes left to judge its use (large_ranges.c) */
 } mtpi_large_t;
 
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first
@@ -504,6 +505,7 @@ struct mtp_pool {
    * buffers gets none): of the blocks freed since it was mapped, the bytes sampled and those
    * resident at their free */
   size_t large_freed_sampled, large_freed_resident;
+  size_t large_judging; /* LIVE records with judge_left above 0 */
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

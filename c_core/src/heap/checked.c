@@ -344,7 +344,7 @@ void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
   size_t natural = size >= 16 ? 16 : (size_t)1 << __builtin_ctzll(size | 16);
   size_t align = alignment > natural ? alignment : natural;
   unsigned cls = need <= MTP_MAX_SMALL ? mtp__class_aligned(need, align) : MTP_NUM_CLASSES;
-  if (cls >= MTP_NUM_CLASSES) return mtp__large_alloc(pool, size, alignment);
+  if (cls >= MTP_NUM_CLASSES) return mtp__large_alloc(pool, size, alignment, NULL);
   mtp__pool_lock(pool);
   void *bad = pool->quarantine ? mtp__checked_quarantine_step(pool) : NULL;
   char *b = take_block(pool, cls);

@@ -164,6 +164,8 @@ void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
 /* A medium block, from the calling thread's cache of the pool's freed ones first. */
 void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero);
+/* A large block (mtp__large_alloc); wakes the purger when the block is to be judged. No lock held. */
+void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 /* Trim: the calling thread's reuse lists in pool back onto their slabs, so that slabs they kept
  * from emptying can be retired. No lock held. */
 void mtp__heap_unlist(mtpi_pool_t *pool);

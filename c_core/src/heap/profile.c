@@ -248,7 +248,7 @@ static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *slow
   mtp__tl_prof_busy = true;
   /* The sampled block: a large block of the size asked for (a sized free of that size stays
    * valid), whose free reaches mtp__prof_origin. */
-  void *p = mtp__large_alloc(pool, size, 0);
+  void *p = mtp__large_alloc(pool, size, 0, NULL);
   if (p != NULL) {
     void *pc[MTP_PROF_MAX_DEPTH];
     uint32_t depth = capture(pc, slow_ret);

@@ -126,6 +126,13 @@ void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   return b != NULL ? b : mtp__medium_alloc(pool, size, zero);
 }
 
+void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
+  bool judge = false;
+  void *p = mtp__large_alloc(pool, size, alignment, &judge);
+  if (judge) mtp__purger_judge();
+  return p;
+}
+
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
   if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) { /* profile.c */
     bool done;
@@ -134,7 +141,7 @@ MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
   }
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
-    return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false) : mtp__large_alloc(pool, size, 0);
+    return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false) : mtp__heap_large_alloc(pool, size, 0);
   unsigned cls = mtp__class_lookup(size);
   if (size <= MTP_DIRECT_MAX) { /* the fast path's miss: the class's reuse list first */
     mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);

@@ -56,6 +56,7 @@ static bool fits_as_is(size_t need, size_t map_size) {
 static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   rec->size = size;
   rec->cached = false;
+  rec->judge_left = 0;
   mtp__list_push(&pool->large, &rec->link);
   pool->large_count++;
   pool->large_bytes += rec->map_size;
@@ -68,13 +69,15 @@ static void *hand_out(mtpi_large_t *rec) {
   return rec->ptr;
 }
 
-/* A range mapped for one block, advised as mtp__large_own_huge says: aligned to the huge page size
- * where it is to be huge, so that its first bytes are in a whole huge page too. */
-static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment) {
-  int huge = mtp__large_own_huge(pool, size);
-  if (huge > 0 && alignment < mtp__os_huge_page_size()) alignment = mtp__os_huge_page_size();
+/* A range mapped for one block, advised as mtp__large_own_huge says (*own): aligned to the huge
+ * page size where it is or may be huge, so that its first bytes are in a whole huge page too. */
+static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment, int *own) {
+  *own = mtp__large_own_huge(pool, size);
+  size_t hsize = mtp__os_huge_page_size();
+  if (*own > MTP_OWN_NONE && alignment < hsize) alignment = hsize;
   void *m = mtp__os_map(size, alignment);
-  if (m != NULL && huge != 0) (void)mtp__os_huge_advise(m, size, huge > 0);
+  if (m != NULL && (*own == MTP_OWN_HUGE || *own == MTP_OWN_NEVER))
+    (void)mtp__os_huge_advise(m, size, *own == MTP_OWN_HUGE);
   return m;
 }
 
@@ -83,7 +86,8 @@ static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment) {
  * mapping is zero already: it is not written, so only the pages the caller touches are faulted in
  * (a program that callocs a big table and uses a corner of it stays small); a cached range is
  * cleared. */
-static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment, bool zero) {
+static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment, bool zero,
+                         bool *judge) {
   size_t need = size + (pool->check ? CHECK_SLACK : 0);
   if (need < size || need > SIZE_MAX / 2 || room > SIZE_MAX / 2 - need) {
     errno = ENOMEM;
@@ -109,10 +113,12 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   mtpi_large_t *rec = mtp__meta_alloc(sizeof(*rec));
   if (rec == NULL) return NULL;
   uint64_t origin = 0;
+  int own = MTP_OWN_NONE;
   void *m = NULL;
   if (mtp__large_caches(pool) && alignment <= os_page && map_size <= MTP_LARGE_RESERVE_TAKE_MAX)
     m = mtp__large_reserve_take(pool, map_size, &origin);
-  if (m == NULL) m = map_own(pool, map_size, alignment > os_page ? alignment : os_page);
+  if (m == NULL) m = map_own(pool, map_size, alignment > os_page ? alignment : os_page, &own);
+  if (own == MTP_OWN_JUDGE && judge == NULL) own = MTP_OWN_NONE; /* the caller cannot wake the purger */
   if (m == NULL) {
     mtp__meta_free(rec, sizeof(*rec));
     errno = ENOMEM;
@@ -126,25 +132,30 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   rec->origin = origin != 0 ? origin : ++mtp__large_origin_count;
   mtp__large_hash_insert(rec);
   make_live(pool, rec, size);
+  if (own == MTP_OWN_JUDGE) {
+    mtp__large_judge_start(pool, rec);
+    *judge = true;
+  }
   pthread_mutex_unlock(&mtp__large_lock);
   return m;
 }
 
-void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
-  return large_alloc(pool, size, 0, alignment, false);
+void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment, bool *judge) {
+  return large_alloc(pool, size, 0, alignment, false, judge);
 }
 
-void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size) {
-  return large_alloc(pool, size, 0, 0, true);
+void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size, bool *judge) {
+  return large_alloc(pool, size, 0, 0, true, judge);
 }
 
-void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room) {
-  return large_alloc(pool, size, room, 0, false);
+void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room, bool *judge) {
+  return large_alloc(pool, size, room, 0, false, judge);
 }
 
 /* Large lock held: the LIVE record leaves the pool's live list and counters. */
 static void unlive(mtpi_pool_t *pool, mtpi_large_t *rec) {
   shrinks_bump();
+  mtp__large_judge_stop(pool, rec);
   mtp__list_remove(&pool->large, &rec->link);
   pool->large_count--;
   pool->large_bytes -= rec->map_size;

@@ -192,25 +192,84 @@ static void reserve_advise(mtpi_pool_t *pool) {
 }
 
 /* A range mapped for one block (above MTP_LARGE_RESERVE_TAKE_MAX, or one the reserve does not
- * serve) follows the mode as the reserve does: huge with 1, never with 0; in auto huge once this
- * pool's reserve has gone huge (its large blocks were seen to be used whole), else no advice, so
- * that the system decides for it as it would for any mapping; none below one huge page. */
+ * serve) follows the mode as the reserve does: huge with 1, never with 0; in auto huge at once if
+ * this pool's reserve has gone huge (its large blocks were seen to be used whole), else judged by
+ * its own use (judge_one); none below two huge pages, or where the reserve takes none. */
 int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
   size_t hsize = reserve_huge_size();
-  if (hsize == 0 || size < hsize) return 0;
+  if (hsize == 0 || size < 2 * hsize) return MTP_OWN_NONE;
   switch (mtp__hugepages_mode()) {
   case MTP_HUGE_ALWAYS:
-    return 1;
+    return MTP_OWN_HUGE;
   case MTP_HUGE_NEVER:
-    return -1;
+    return MTP_OWN_NEVER;
   case MTP_HUGE_AUTO: {
     pthread_mutex_lock(&mtp__large_lock);
     bool whole = pool->large_reserve_huge;
     pthread_mutex_unlock(&mtp__large_lock);
-    return whole ? 1 : 0;
+    return whole ? MTP_OWN_HUGE : MTP_OWN_JUDGE;
   }
   default:
-    return 0;
+    return MTP_OWN_NONE;
+  }
+}
+
+/* Auto huge pages for a block mapped on its own, which no free may ever judge (a compressor's or
+ * a sort's buffers live as long as the program): judged on the purge passes after its allocation
+ * by how the program has written it so far. Of its first JUDGE_SAMPLE_BYTES, the pages from its
+ * start to the last resident one: 7/8 of them resident, over a huge page's worth at least, is a
+ * block filled densely, advised huge, so that the untouched huge pages after fault in whole (one
+ * fault per 2 MiB); else it is judged again at the next pass, until JUDGE_PASSES have run (a
+ * buffer written in a corner, a sparse table: no advice, 4 KiB pages). A pass runs about every
+ * twentieth of the pool's delay (purge.c). */
+#define JUDGE_PASSES 20
+#define JUDGE_SAMPLE_BYTES ((size_t)16 << 20)
+
+void mtp__large_judge_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  rec->judge_left = JUDGE_PASSES;
+  pool->large_judging++;
+}
+
+void mtp__large_judge_stop(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  if (rec->judge_left == 0) return;
+  rec->judge_left = 0;
+  pool->large_judging--;
+}
+
+/* Large lock held (the block cannot be freed meanwhile): one pass's judgement of rec. */
+static void judge_one(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  static unsigned char vec[JUDGE_SAMPLE_BYTES / 4096]; /* large lock; reserve_huge_size: 4 KiB pages */
+  size_t page = mtp__os_page_size();
+  size_t sample = rec->map_size < JUDGE_SAMPLE_BYTES ? rec->map_size : JUDGE_SAMPLE_BYTES;
+  bool done = rec->judge_left == 1; /* the last pass */
+  if (page * (sizeof vec) < sample || mtp__os_resident_map(rec->map, sample, vec) != 0) {
+    done = true;
+  } else {
+    size_t resident = 0, last = 0;
+    for (size_t i = 0; i < sample / page; i++)
+      if (vec[i]) {
+        resident++;
+        last = i + 1;
+      }
+    if (last * page >= mtp__os_huge_page_size() && resident >= last / 8 * 7) {
+      (void)mtp__os_huge_advise(rec->map, rec->map_size, true);
+      done = true;
+    }
+  }
+  if (done)
+    mtp__large_judge_stop(pool, rec);
+  else
+    rec->judge_left--;
+}
+
+/* Large lock held: a pass over the pool's LIVE records being judged. */
+static void judge_pass(mtpi_pool_t *pool) {
+  size_t todo = pool->large_judging;
+  for (mtpi_node_t *it = pool->large; it != NULL && todo != 0; it = it->next) {
+    mtpi_large_t *rec = mtp__large_rec_of(it);
+    if (rec->judge_left == 0) continue;
+    todo--;
+    judge_one(pool, rec);
   }
 }
 
@@ -423,7 +482,8 @@ size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool *left) {
     rec->hash_next = evict;
     evict = rec;
   }
-  if (left) *left = pool->large_cache != NULL;
+  if (pool->large_judging != 0) judge_pass(pool);
+  if (left) *left = pool->large_cache != NULL || pool->large_judging != 0;
   char *rest = NULL;
   size_t rest_len = 0;
   if (older_than_ms == UINT64_MAX) mtp__large_reserve_drop(pool, &rest, &rest_len); /* trim */

@@ -40,9 +40,17 @@ size_t mtp__large_unmap_list(mtpi_large_t *list);
 /* No lock held: a fresh range of `size` bytes from pool's reserve, or NULL. */
 char *mtp__large_reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin);
 void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len);
-/* Large lock not held: the advice for a range of `size` bytes mapped for one block (one that is
- * not carved from the reserve): 1 huge, -1 never huge, 0 none (the system decides). */
+/* The advice for a range mapped for one block (one not carved from the reserve). */
+enum { MTP_OWN_NEVER = -1, MTP_OWN_NONE = 0, MTP_OWN_HUGE = 1, MTP_OWN_JUDGE = 2 };
+/* Large lock not held: MTP_OWN_HUGE (map it aligned to the huge page size and advise it huge),
+ * NEVER (advise it never huge), NONE (the system decides), or JUDGE (as NONE, aligned, and
+ * judged by its use on the purge passes that follow: mtp__large_judge_start). */
 int mtp__large_own_huge(mtpi_pool_t *pool, size_t size);
+/* rec was just made LIVE on a range mapped for it, advised MTP_OWN_JUDGE: judge it on the purge
+ * passes (large_alloc's caller wakes the purger: mtp__purger_judge). */
+void mtp__large_judge_start(mtpi_pool_t *pool, mtpi_large_t *rec);
+/* rec leaves the LIVE records: no more judging. */
+void mtp__large_judge_stop(mtpi_pool_t *pool, mtpi_large_t *rec);
 /* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
  * of it is resident, towards auto's advice for the reserve, while that is undecided. */
 void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);

@@ -116,6 +116,9 @@ void mtp__pool_release_empty_locked(mtpi_pool_t *p, uint64_t cutoff);
 void mtp__purger_wake(void);
 /* From now on wakes start and signal the purge thread. Any lock may be held. */
 void mtp__purger_eager(void);
+/* A large block is to be judged on the purge passes: the purge thread is started (eager) and
+ * woken. No lock held. */
+void mtp__purger_judge(void);
 /* Return every empty page of p now, cached slabs included. Returns the bytes returned. */
 size_t mtp__pool_trim(mtpi_pool_t *p);
 /* mtp__pool_trim for every live pool, under the registry lock. */
@@ -156,12 +159,14 @@ bool mtp__medium_resize(void *p, size_t size, bool *due);
 static inline size_t mtp__medium_usable(const mtpi_desc_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
 
 /* ---- large blocks (large.c; a freed block's range is cached: large_ranges.c) ---- */
-/* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held. */
-void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
+/* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held.
+ * judge: NULL, or set to true when the block is to be judged for huge pages on the purge passes
+ * (large_ranges.c): the caller then calls mtp__purger_judge, holding no lock. */
+void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment, bool *judge);
 /* The same, zeroed (calloc), for a pool that is not checked; a fresh mapping is not written. */
-void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size);
+void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size, bool *judge);
 /* The same, with room for `room` bytes more in its mapping (a block that realloc grows). */
-void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room);
+void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room, bool *judge);
 /* Frees p if it is a large block (checking size if sized). Returns MTP_LARGE_NOT if it is not a
  * large block, MTP_LARGE_CACHED if its mapping was cached and the caller must wake the purge
  * thread (mtp__purger_wake), else MTP_LARGE_FREED (freed, or misuse

@@ -281,6 +281,11 @@ void mtp__purger_wake(void) {
   if (!ok) mtp__int_store_seq_cst(&purger_idle, 1);
 }
 
+void mtp__purger_judge(void) {
+  mtp__purger_eager();
+  mtp__purger_wake();
+}
+
 /* Stop the purge thread and wait for it (it finishes the pass it is in); returns whether one ran.
  * forever: never start one again (unload, exit); else the next wake starts a new one. */
 static bool purger_join(bool forever) {
