@@ -434,7 +434,9 @@ typedef struct mtpi_large {
   uint64_t origin;       /* the kernel mapping the range lies in: a number never reused */
   uint32_t slot;         /* CACHED: its entry in the pool's large_slots */
   bool cached;
-  uint8_t judge_left;    /* LIVE, mapped on its own: purge passes left to judge its use (large_ranges.c) */
+  /* LIVE, mapped on its own: judged by its use until then, by a monotonic clock (0: not judged;
+   * large_ranges.c) */
+  uint64_t judge_until_ms;
 } mtpi_large_t;
 
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first
@@ -505,7 +507,7 @@ struct mtp_pool {
    * buffers gets none): of the blocks freed since it was mapped, the bytes sampled and those
    * resident at their free */
   size_t large_freed_sampled, large_freed_resident;
-  size_t large_judging; /* LIVE records with judge_left above 0 */
+  size_t large_judging; /* LIVE records with judge_until_ms above 0 */
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

@@ -56,7 +56,7 @@ static bool fits_as_is(size_t need, size_t map_size) {
 static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   rec->size = size;
   rec->cached = false;
-  rec->judge_left = 0;
+  rec->judge_until_ms = 0;
   mtp__list_push(&pool->large, &rec->link);
   pool->large_count++;
   pool->large_bytes += rec->map_size;
@@ -321,6 +321,8 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     return NULL;
   }
   shrinks_bump(); /* before the system call: the range may move (mremap) or lose its tail */
+  uint64_t judging = rec->judge_until_ms; /* and no purge pass reads or advises it meanwhile */
+  mtp__large_judge_stop(pool, rec);
   pthread_mutex_unlock(&mtp__large_lock);
   size_t new_size = old_size;
   void *m = old;
@@ -335,6 +337,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     }
   }
   pthread_mutex_lock(&mtp__large_lock);
+  if (judging != 0) mtp__large_judge_resume(pool, rec, judging);
   pool->large_bytes = pool->large_bytes - old_size + new_size;
   if (m != old) { /* a block that moved counts as an allocation and a free, as a copy does */
     mtp__large_hash_remove(rec, old);

@@ -219,29 +219,35 @@ int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
  * by how the program has written it so far. Of its first JUDGE_SAMPLE_BYTES, the pages from its
  * start to the last resident one: 7/8 of them resident, over a huge page's worth at least, is a
  * block filled densely, advised huge, so that the untouched huge pages after fault in whole (one
- * fault per 2 MiB); else it is judged again at the next pass, until JUDGE_PASSES have run (a
+ * fault per 2 MiB); else it is judged again at the next pass, until JUDGE_MS have passed (a
  * buffer written in a corner, a sparse table: no advice, 4 KiB pages). A pass runs about every
- * twentieth of the pool's delay (purge.c). */
-#define JUDGE_PASSES 20
+ * twentieth of the shortest pool delay, at most 51 ms (purge.c). */
+#define JUDGE_MS 1000
 #define JUDGE_SAMPLE_BYTES ((size_t)16 << 20)
 
 void mtp__large_judge_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  rec->judge_left = JUDGE_PASSES;
+  rec->judge_until_ms = mtp__os_now_ms() + JUDGE_MS;
   pool->large_judging++;
 }
 
 void mtp__large_judge_stop(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  if (rec->judge_left == 0) return;
-  rec->judge_left = 0;
+  if (rec->judge_until_ms == 0) return;
+  rec->judge_until_ms = 0;
   pool->large_judging--;
 }
 
-/* Large lock held (the block cannot be freed meanwhile): one pass's judgement of rec. */
-static void judge_one(mtpi_pool_t *pool, mtpi_large_t *rec) {
+void mtp__large_judge_resume(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t until_ms) {
+  MTP_ASSERT(rec->judge_until_ms == 0 && until_ms != 0);
+  rec->judge_until_ms = until_ms;
+  pool->large_judging++;
+}
+
+/* Large lock held (the block cannot be freed meanwhile): the judgement of rec at now_ms. */
+static void judge_one(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t now_ms) {
   static unsigned char vec[JUDGE_SAMPLE_BYTES / 4096]; /* large lock; reserve_huge_size: 4 KiB pages */
   size_t page = mtp__os_page_size();
   size_t sample = rec->map_size < JUDGE_SAMPLE_BYTES ? rec->map_size : JUDGE_SAMPLE_BYTES;
-  bool done = rec->judge_left == 1; /* the last pass */
+  bool done = now_ms >= rec->judge_until_ms; /* the last look */
   if (page * (sizeof vec) < sample || mtp__os_resident_map(rec->map, sample, vec) != 0) {
     done = true;
   } else {
@@ -256,20 +262,18 @@ static void judge_one(mtpi_pool_t *pool, mtpi_large_t *rec) {
       done = true;
     }
   }
-  if (done)
-    mtp__large_judge_stop(pool, rec);
-  else
-    rec->judge_left--;
+  if (done) mtp__large_judge_stop(pool, rec);
 }
 
 /* Large lock held: a pass over the pool's LIVE records being judged. */
 static void judge_pass(mtpi_pool_t *pool) {
   size_t todo = pool->large_judging;
+  uint64_t now_ms = mtp__os_now_ms();
   for (mtpi_node_t *it = pool->large; it != NULL && todo != 0; it = it->next) {
     mtpi_large_t *rec = mtp__large_rec_of(it);
-    if (rec->judge_left == 0) continue;
+    if (rec->judge_until_ms == 0) continue;
     todo--;
-    judge_one(pool, rec);
+    judge_one(pool, rec, now_ms);
   }
 }
 

@@ -49,8 +49,11 @@ int mtp__large_own_huge(mtpi_pool_t *pool, size_t size);
 /* rec was just made LIVE on a range mapped for it, advised MTP_OWN_JUDGE: judge it on the purge
  * passes (large_alloc's caller wakes the purger: mtp__purger_judge). */
 void mtp__large_judge_start(mtpi_pool_t *pool, mtpi_large_t *rec);
-/* rec leaves the LIVE records: no more judging. */
+/* rec leaves the LIVE records, or its range changes without the lock held: no more judging. */
 void mtp__large_judge_stop(mtpi_pool_t *pool, mtpi_large_t *rec);
+/* After such a change: judged again until until_ms, as before it (if the purger went idle
+ * meanwhile, its next wake brings the next look). */
+void mtp__large_judge_resume(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t until_ms);
 /* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
  * of it is resident, towards auto's advice for the reserve, while that is undecided. */
 void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);
