@@ -1,4 +1,5 @@
-/* Medium blocks (above 32 KiB, up to MTP_MEDIUM_MAX): spans of 64 KiB pages of the pool's regions
+/* Medium blocks of whole pages (above 32 KiB, up to MTP_MEDIUM_MAX; sizes that whole pages fit,
+ * page-aligned requests and blocks realloc moves): spans of 64 KiB pages of the pool's regions
  * (c_core/src/pool/medium.c). Sizes, alignment and usable size; statistics and the heap walk; a
  * freed span's pages reused by a small class with no new region; a freed span kept by its
  * freeing thread's cache (reuse, misuse reports, trim, thread exit); calloc (zero, untouched pages
@@ -35,6 +36,12 @@ static void on_error(int err, const char *msg, void *p, void *arg) {
   g_errs++;
 }
 
+/* A medium block of whole pages: a plain request of most sizes is packed (test_packed.c); one
+ * aligned to a page never is. */
+static void *span_alloc(mtp_pool_t *p, size_t n) {
+  return n > MTP_MAX_SMALL ? mtp_pool_alloc_aligned(p, n, PAGE) : mtp_pool_alloc(p, n);
+}
+
 static size_t pages_of(size_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
 
 static void test_sizes_and_stats(void) {
@@ -44,7 +51,7 @@ static void test_sizes_and_stats(void) {
   char *b[N];
   size_t bytes = 0;
   for (int i = 0; i < N; i++) {
-    b[i] = mtp_pool_alloc(p, sizes[i]);
+    b[i] = span_alloc(p, sizes[i]);
     REQUIRE(b[i] != NULL, "alloc %zu", sizes[i]);
     CHECK(((uintptr_t)b[i] & (PAGE - 1)) == 0); /* a span starts on a page */
     CHECK_EQ_SZ(mtp_usable_size(b[i]), pages_of(sizes[i]));
@@ -71,7 +78,7 @@ static void test_sizes_and_stats(void) {
   CHECK(g_errs == 0);
   /* the next size up is a large block: a mapping of its own */
   size_t mapped = st.bytes_mapped;
-  char *l = mtp_pool_alloc(p, MTP_MEDIUM_MAX + 1);
+  char *l = span_alloc(p, MTP_MEDIUM_MAX + 1);
   REQUIRE(l != NULL, "alloc");
   CHECK(th_stats(p).bytes_mapped > mapped);
   mtp_free(l);
@@ -93,7 +100,7 @@ static mtp_pool_t *pool_cache(const char *name, size_t thread_cache_bytes) {
  * pages: a small class's slabs take them (resident pages first) and no region is mapped. */
 static void test_reuse_by_small(void) {
   mtp_pool_t *p = pool_cache("span", 0);
-  char *s = mtp_pool_alloc(p, MTP_MEDIUM_MAX);
+  char *s = span_alloc(p, MTP_MEDIUM_MAX);
   REQUIRE(s != NULL, "alloc");
   memset(s, 1, MTP_MEDIUM_MAX);
   size_t mapped = th_stats(p).bytes_mapped;
@@ -103,7 +110,7 @@ static void test_reuse_by_small(void) {
   static char *small[MAX];
   int n = 0, inside = 0;
   while (n < MAX && inside == 0) {
-    small[n] = mtp_pool_alloc(p, 4096);
+    small[n] = span_alloc(p, 4096);
     REQUIRE(small[n] != NULL, "alloc");
     if (small[n] >= s && small[n] < s + MTP_MEDIUM_MAX) inside++;
     n++;
@@ -126,7 +133,7 @@ static bool all_zero(const unsigned char *p, size_t n) {
 
 static void test_calloc(void) {
   mtp_pool_t *p = th_pool("span", 60000, 0);
-  size_t n = 200 * KiB;
+  size_t n = 3 * PAGE; /* calloc packs sizes that whole pages do not fit (test_packed.c) */
   /* never-touched pages: zero, and not written (not faulted in) */
   unsigned char *a = mtp_pool_calloc(p, 1, n);
   REQUIRE(a != NULL, "calloc");
@@ -135,7 +142,7 @@ static void test_calloc(void) {
   memset(a, 0xAB, n);
   mtp_free(a);
   /* the same pages again, resident and dirty (once another span was freed last): cleared */
-  void *other = mtp_pool_alloc(p, n);
+  void *other = span_alloc(p, n);
   mtp_free(other);
   unsigned char *b = mtp_pool_calloc(p, n / 1000, 1000);
   REQUIRE(b != NULL, "calloc");
@@ -150,11 +157,11 @@ static void test_calloc(void) {
   CHECK(all_zero(b, n));
   mtp_free(b);
   /* a smaller calloc over the dirty pages: its size cleared */
-  b = mtp_pool_alloc(p, n);
+  b = span_alloc(p, n);
   memset(b, 0xEE, n);
   mtp_free(b);
-  b = mtp_pool_calloc(p, 1, 70 * KiB);
-  CHECK(all_zero(b, 70 * KiB));
+  b = mtp_pool_calloc(p, 1, 2 * PAGE - KiB);
+  CHECK(all_zero(b, 2 * PAGE - KiB));
   mtp_free(b);
   CHECK(g_errs == 0);
   mtp_pool_destroy(p);
@@ -172,7 +179,7 @@ static bool intact(const unsigned char *p, size_t n) {
 static void test_realloc(void) {
   mtp_pool_t *p = th_pool("span", 60000, 0);
   /* grow in place while the pages after it are free */
-  unsigned char *a = mtp_pool_alloc(p, 40 * KiB);
+  unsigned char *a = span_alloc(p, 40 * KiB);
   REQUIRE(a != NULL, "alloc");
   fill(a, 0, 40 * KiB);
   unsigned char *q = mtp_realloc(a, 150 * KiB);
@@ -188,7 +195,7 @@ static void test_realloc(void) {
   CHECK_EQ_SZ(th_stats(p).large_bytes, 128 * KiB);
   CHECK(intact(q, 70 * KiB));
   /* a block in the way: the next growth moves */
-  unsigned char *wall = mtp_pool_alloc(p, 64 * KiB);
+  unsigned char *wall = span_alloc(p, 64 * KiB);
   REQUIRE(wall != NULL, "alloc");
   if (wall == q + 128 * KiB) {
     unsigned char *r = mtp_realloc(q, 200 * KiB);
@@ -253,8 +260,8 @@ static int visit_count(void *arg, void *block, size_t usable, unsigned cls) {
 
 static void test_visit(void) {
   mtp_pool_t *p = th_pool("span", 60000, 0);
-  char *a = mtp_pool_alloc(p, 50 * KiB), *b = mtp_pool_alloc(p, 130 * KiB);
-  char *c = mtp_pool_alloc(p, 100), *d = mtp_pool_alloc(p, 90 * KiB);
+  char *a = span_alloc(p, 50 * KiB), *b = span_alloc(p, 130 * KiB);
+  char *c = span_alloc(p, 100), *d = span_alloc(p, 90 * KiB);
   REQUIRE(a && b && c && d, "alloc");
   mtp_free(d);
   size_t got[3] = {0, 0, 0};
@@ -272,9 +279,9 @@ static void test_visit(void) {
  * pool whose thread cache keeps spans, the span this thread freed last before the call, if it
  * fits (the cache never hands out the span freed last). */
 static char *alloc_past_newest(mtp_pool_t *p, size_t size) {
-  char *other = mtp_pool_alloc(p, size);
+  char *other = span_alloc(p, size);
   mtp_free(other);
-  return mtp_pool_alloc(p, size);
+  return span_alloc(p, size);
 }
 
 /* Write into the span `freed` (size bytes), freed last, take a span of that size again: it is
@@ -292,7 +299,7 @@ static void check_write_after_free(mtp_pool_t *p, char *freed, size_t size, int 
 static void test_misuse(void) {
   mtp_pool_t *p = th_pool("span", 60000, 0);
   g_errs = 0;
-  char *a = mtp_pool_alloc(p, 100 * KiB);
+  char *a = span_alloc(p, 100 * KiB);
   REQUIRE(a != NULL, "alloc");
   mtp_free(a + 4096); /* interior, first page */
   CHECK(g_errs == 1 && g_err == MTP_ERR_INVALID_POINTER && g_err_ptr == a + 4096);
@@ -317,7 +324,7 @@ static void test_misuse(void) {
   CHECK(mtp_pool_of(a) == NULL);
   CHECK_EQ_SZ(th_stats(p).frees, 1);
   /* a write after free into a span's start is reported when a span takes the page again */
-  char *b = mtp_pool_alloc(p, 100 * KiB);
+  char *b = span_alloc(p, 100 * KiB);
   REQUIRE(b != NULL, "alloc");
   mtp_free(b);
   check_write_after_free(p, b, 100 * KiB, 10);
@@ -331,9 +338,9 @@ static void test_misuse(void) {
  * block of its size. While cached it is free in the statistics and the heap walk, and every
  * misuse of its address is still reported; trim and the thread's exit give it back to its
  * region. */
-static void *alloc_100k(void *arg) { return mtp_pool_alloc(arg, 100 * KiB); }
+static void *alloc_100k(void *arg) { return span_alloc(arg, 100 * KiB); }
 static void *alloc_free_200k(void *arg) {
-  char *a = mtp_pool_alloc(arg, 200 * KiB);
+  char *a = span_alloc(arg, 200 * KiB);
   if (a) memset(a, 1, 200 * KiB);
   mtp_free(a);
   return a;
@@ -341,7 +348,7 @@ static void *alloc_free_200k(void *arg) {
 static void test_thread_cache(void) {
   mtp_pool_t *p = pool_cache("span", 2 * MiB);
   g_errs = 0;
-  char *a = mtp_pool_alloc(p, 100 * KiB);
+  char *a = span_alloc(p, 100 * KiB);
   REQUIRE(a != NULL, "alloc");
   memset(a, 1, 100 * KiB);
   mtp_free(a);
@@ -349,10 +356,10 @@ static void test_thread_cache(void) {
   CHECK_EQ_SZ(st.large_blocks, 0);
   CHECK_EQ_SZ(st.bytes_in_use, 0);
   CHECK_EQ_SZ(st.frees, 1);
-  char *fresh = mtp_pool_alloc(p, 120 * KiB);
+  char *fresh = span_alloc(p, 120 * KiB);
   CHECK(fresh != NULL && fresh != a); /* a, freed last, is not handed back at once */
   mtp_free(fresh);
-  char *b = mtp_pool_alloc(p, 120 * KiB);
+  char *b = span_alloc(p, 120 * KiB);
   CHECK(b == a); /* the same two pages, from the cache, now that fresh was freed last */
   CHECK_EQ_SZ(th_stats(p).large_bytes, 128 * KiB);
   mtp_free(b);
@@ -370,13 +377,13 @@ static void test_thread_cache(void) {
   size_t got[3] = {0, 0, 0};
   CHECK(mtp_pool_visit(p, visit_count, got) == 0);
   CHECK_EQ_SZ(got[0], 0);
-  char *c = mtp_pool_alloc(p, 200 * KiB);
+  char *c = span_alloc(p, 200 * KiB);
   REQUIRE(c != NULL, "alloc");
   mtp_free(c);
   /* up to a quarter more pages: a 5-page span serves a 4-page request, whole (builds whose
    * spans reach 5 pages) */
   if (MTP_MEDIUM_MAX >= 320 * KiB) {
-    char *c5 = mtp_pool_alloc(p, 300 * KiB);
+    char *c5 = span_alloc(p, 300 * KiB);
     REQUIRE(c5 != NULL, "alloc");
     mtp_free(c5);
     char *d = alloc_past_newest(p, 250 * KiB);
@@ -386,13 +393,13 @@ static void test_thread_cache(void) {
     CHECK(g_errs == 0);
   }
   /* calloc from the cache: the dirty pages cleared */
-  char *c2 = mtp_pool_alloc(p, 200 * KiB);
+  char *c2 = span_alloc(p, 200 * KiB);
   CHECK(c2 != c);
   memset(c2, 3, 200 * KiB);
   mtp_free(c2);
-  unsigned char *z = mtp_pool_calloc(p, 1, 200 * KiB);
+  unsigned char *z = mtp_pool_calloc(p, 1, 4 * PAGE - KiB); /* a size whole pages fit */
   CHECK(z == (unsigned char *)c);
-  CHECK(all_zero(z, 200 * KiB));
+  CHECK(all_zero(z, 4 * PAGE - KiB));
   mtp_free(z);
   /* a write after free into a cached span's start is reported when it is handed out again */
   check_write_after_free(p, c, 200 * KiB, 1);
@@ -417,7 +424,7 @@ static void test_thread_cache(void) {
   CHECK(mtp_pool_trim(p) >= 256 * KiB + 128 * KiB);
   /* a bound: spans above the pool's thread_cache_bytes are never cached */
   mtp_pool_t *q = pool_cache("span", 128 * KiB);
-  char *big = mtp_pool_alloc(q, 200 * KiB);
+  char *big = span_alloc(q, 200 * KiB);
   REQUIRE(big != NULL, "alloc");
   mtp_free(big);
   mtp_free(big);
@@ -429,7 +436,7 @@ static void test_thread_cache(void) {
 
 static void test_purge_trim_destroy(void) {
   mtp_pool_t *p = th_pool("span", 2000, 0);
-  char *a = mtp_pool_alloc(p, 200 * KiB);
+  char *a = span_alloc(p, 200 * KiB);
   REQUIRE(a != NULL, "alloc");
   memset(a, 1, 200 * KiB);
   mtp_free(a);
@@ -445,13 +452,13 @@ static void test_purge_trim_destroy(void) {
   CHECK(took < 1.9);
   /* trim returns at once; with only spans used, the pool's regions all go */
   mtp_pool_t *q = th_pool("span", 60000, 0);
-  char *b = mtp_pool_alloc(q, 256 * KiB);
+  char *b = span_alloc(q, 256 * KiB);
   memset(b, 1, 256 * KiB);
   mtp_free(b);
   CHECK(mtp_pool_trim(q) >= 256 * KiB);
   CHECK_EQ_SZ(th_stats(q).bytes_mapped, 0);
   /* destroy with live spans: they go with the regions */
-  for (int i = 0; i < 20; i++) CHECK(mtp_pool_alloc(q, 100 * KiB + (size_t)i * 4096) != NULL);
+  for (int i = 0; i < 20; i++) CHECK(span_alloc(q, 100 * KiB + (size_t)i * 4096) != NULL);
   mtp_pool_destroy(q);
   mtp_pool_destroy(p);
   CHECK(g_errs == 0);
@@ -490,7 +497,7 @@ static void test_churn_accounting(void) {
       }
     } else {
       size_t n = th_below(&r, 4) == 0 ? 1 + th_below(&r, 4096) : MTP_MAX_SMALL + 1 + th_below(&r, MTP_MEDIUM_MAX - MTP_MAX_SMALL);
-      blk[i] = th_below(&r, 5) == 0 ? mtp_pool_calloc(p, 1, n) : mtp_pool_alloc(p, n);
+      blk[i] = th_below(&r, 5) == 0 ? mtp_pool_calloc(p, 1, n) : span_alloc(p, n);
       REQUIRE(blk[i] != NULL, "alloc");
       len[i] = n;
       th_fill(blk[i], n < 256 ? n : 256, (uint64_t)i);
@@ -545,7 +552,7 @@ static void *mt_worker(void *arg) {
   th_rng_seed(&r, (uint64_t)me, 7, 11);
   for (int i = 0; i < MT_ROUNDS; i++) {
     size_t n = MTP_MAX_SMALL + 1 + th_below(&r, MTP_MEDIUM_MAX - MTP_MAX_SMALL);
-    unsigned char *b = mtp_pool_alloc(g_mt_pool, n);
+    unsigned char *b = span_alloc(g_mt_pool, n);
     REQUIRE(b != NULL, "alloc");
     memset(b, me + 1, 64);
     if (th_below(&r, 2)) {

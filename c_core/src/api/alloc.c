@@ -93,8 +93,9 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
     if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) mtp__prof_drain_class(cls);
     return mtp__heap_alloc_class(pool, cls);
   }
-  /* a medium block starts on a page: 64 KiB aligned */
-  if (size <= MTP_MEDIUM_MAX && alignment <= MTP_PAGE_SIZE) return mtp__heap_medium_alloc(pool, size, false);
+  /* a packed block starts on a unit (512 B aligned), a medium run on a page (64 KiB) */
+  if (size <= MTP_MEDIUM_MAX && alignment <= MTP_PAGE_SIZE)
+    return mtp__heap_medium_alloc(pool, size, false, alignment <= MTP_UNIT_SIZE);
   return mtp__heap_large_alloc(pool, size, alignment);
 }
 
@@ -112,7 +113,7 @@ static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
   /* profiling: through the slow path, which counts it (heap/profile.c) */
   if (!p->check && !(mtp__prof_on && p->id == 0)) {
-    if (n <= MTP_MEDIUM_MAX) return mtp__heap_medium_alloc(p, n, true);
+    if (n <= MTP_MEDIUM_MAX) return mtp__heap_medium_alloc(p, n, true, true);
     bool judge = false;
     void *b = mtp__large_alloc_zero(p, n, &judge);
     if (judge) mtp__purger_judge();
@@ -242,7 +243,7 @@ void mtp_free(void *p) {
 
 static void free_sized_check(mtpi_desc_t *s, void *p, size_t size) {
   mtpi_desc_t *h = mtp__run_head(s);
-  if (h->kind == MTP_PAGE_MEDIUM) {
+  if (h->kind == MTP_PAGE_MEDIUM || h->kind == MTP_PAGE_PACKED) {
     mtp__heap_medium_free(h, p, size, true);
     return;
   }
@@ -296,6 +297,8 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
     if (s->kind == MTP_PAGE_MEDIUM) { /* freed: MTP_MEDIUM_FREED (types.h) */
       if ((const char *)p != mtp__page_start(s) || mtp__load_relaxed(&s->thread_free) != 0) return false;
       *usable_out = mtp__medium_usable(s);
+    } else if (s->kind == MTP_PAGE_PACKED) {
+      if (!mtp__packed_lookup(s, p, usable_out)) return false;
     } else if (s->kind != MTP_PAGE_SLAB) {
       return false;
     } else if (s->checked) { /* a checked block's user address may be past its front guard */
@@ -381,6 +384,11 @@ void *mtp_realloc(void *p, size_t size) {
     if (due) mtp__purger_wake();
     if (resized) return p;
   }
+  /* A packed block that shrinks stays where it is while it fits the new size within an eighth
+   * (sized frees of either size stay valid), else moves to a packed block that fits; one that
+   * grows moves to a run of whole pages, which realloc grows in place while it can. */
+  bool shrunk_packed = s != NULL && s->kind == MTP_PAGE_PACKED && size > MTP_MAX_SMALL && size <= old;
+  if (shrunk_packed && old - size <= size / 8) return p;
   /* A block that becomes large gets an eighth more room at once. Checked pools keep the exact
    * canary: they copy. */
   void *q = NULL;
@@ -394,7 +402,7 @@ void *mtp_realloc(void *p, size_t size) {
      * block grows by mremap (no copy), where a medium block's growth that no free pages follow copies it,
      * and so does its move to a large block past MTP_MEDIUM_MAX. */
     bool judge = false;
-    q = size <= REALLOC_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false)
+    q = size <= REALLOC_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false, shrunk_packed)
                              : mtp__large_alloc_room(pool, size, size / 8, &judge);
     if (judge) mtp__purger_judge();
   } else {

@@ -48,6 +48,15 @@ MTP_NO_TSAN static uint64_t heap_remote(mtpi_member_t *m) {
   return *(volatile uint64_t *)&m->remote_collected;
 }
 
+/* A packed block in use: [0] counts it, [1] its bytes. */
+static int packed_tally(void *arg, void *p, size_t usable) {
+  (void)p;
+  size_t *tally = arg;
+  tally[0]++;
+  tally[1] += usable;
+  return 0;
+}
+
 /* regions, if not NULL: [0] += the pool's regions, [1] += those advised huge (the report's last
  * line; mtp_stats_t has no field for it: the ABI). */
 static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out, size_t *regions) {
@@ -66,6 +75,13 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out, size_t *regions) {
       regions[1] += r->h.huge_pages != 0;
     }
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
+      if (r->pages[i].kind == MTP_PAGE_PACKED) { /* under the pool lock, as MEDIUM */
+        size_t tally[2] = {0, 0};
+        (void)mtp__packed_each(&r->pages[i], packed_tally, tally);
+        mediums += tally[0];
+        medium_bytes += tally[1];
+        continue;
+      }
       size_t n = slab_account(&r->pages[i], out);
       mediums += n != 0;
       medium_bytes += n;

@@ -76,7 +76,17 @@ static void listed_mark(const listed_t *l, char *start, char *bump, uint32_t bs,
   }
 }
 
-/* Pool lock held. Visit the live blocks of slab s (or the medium block s); nonzero: visit's stop
+/* The heap walk's visitor, for a packed span's blocks (shown as large blocks, as medium ones). */
+typedef struct {
+  mtp_visit_fn visit;
+  void *arg;
+} packed_visit_t;
+static int packed_visit(void *arg, void *p, size_t usable) {
+  packed_visit_t *v = arg;
+  return v->visit(v->arg, p, usable, MTP_VISIT_LARGE);
+}
+
+/* Pool lock held. Visit the live blocks of slab s (or the medium block or packed span s); nonzero: visit's stop
  * value. */
 MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_visit_fn visit,
                                   void *arg) {
@@ -87,6 +97,10 @@ MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_vi
     return mtp__load_relaxed(&s->thread_free) == MTP_MEDIUM_FREED
                ? 0
                : visit(arg, mtp__page_start(s), mtp__medium_usable(s), MTP_VISIT_LARGE);
+  if (kind == MTP_PAGE_PACKED) { /* blocks freed into a thread's cache are skipped */
+    packed_visit_t v = {visit, arg};
+    return mtp__packed_each(s, packed_visit, &v);
+  }
   if (kind != MTP_PAGE_SLAB || s->list == MTP_LIST_HEAP_CACHE || s->list == MTP_LIST_POOL_EMPTY)
     return 0;
   uint32_t bs = s->block_size, cap = s->capacity;

@@ -141,7 +141,14 @@ typedef struct mtp_pool mtpi_pool_t; /* the public opaque type's definition (poo
 
 /* What a page descriptor describes (written by the region layer, and for MEDIUM by pool/medium.c,
  * under the pool lock). MEDIUM: the first page of a medium block (see mtpi_desc_t). */
-enum { MTP_PAGE_FREE = 0, MTP_PAGE_SLAB = 1, MTP_PAGE_TAIL = 2, MTP_PAGE_HEADER = 3, MTP_PAGE_MEDIUM = 4 };
+enum {
+  MTP_PAGE_FREE = 0,
+  MTP_PAGE_SLAB = 1,
+  MTP_PAGE_TAIL = 2,
+  MTP_PAGE_HEADER = 3,
+  MTP_PAGE_MEDIUM = 4,
+  MTP_PAGE_PACKED = 5 /* the first page of a packed span (pool/packed.c) */
+};
 /* Which list a slab's `link` is on (written by whoever owns that list). */
 enum {
   MTP_LIST_NONE = 0,
@@ -185,6 +192,28 @@ enum {
 /* A freed medium block's block_size (pool/medium.c: its pages' freed pattern is checked on reuse). */
 #define MTP_MEDIUM_FREED_SIZE UINT32_MAX
 
+/* Packed spans (pool/packed.c): a run of MTP_SPAN_PAGES pages cut into 512-byte units, which
+ * holds medium blocks of any length in units, several to a page, so that a medium block fits its
+ * request to 512 bytes rather than to 64 KiB. Its map (mtpi_span_t) lies in its first units. */
+#define MTP_UNIT_SHIFT 9
+#define MTP_UNIT_SIZE ((size_t)1 << MTP_UNIT_SHIFT)
+#define MTP_SPAN_PAGES 16
+#define MTP_SPAN_UNITS ((MTP_SPAN_PAGES * MTP_PAGE_SIZE) >> MTP_UNIT_SHIFT)
+#define MTP_SPAN_WORDS (MTP_SPAN_UNITS / 64)
+/* A block's entry (at its first unit) while it is freed: in a thread's cache, or its units free. */
+#define MTP_SPAN_FREED ((uint16_t)0x8000)
+/* Under the pool lock: free, dirty. ent: written by the pool lock's holder when a block is cut
+ * (its first unit's entry = its length in units, the others' 0) and by the free that claims it
+ * (a CAS that sets MTP_SPAN_FREED, from any thread, without the lock: of two frees one wins);
+ * read by lookups without the lock (relaxed: a block's entry is fixed while it is handed out). */
+typedef struct mtpi_span {
+  uint64_t free[MTP_SPAN_WORDS];  /* 1: unit free */
+  uint64_t dirty[MTP_SPAN_WORDS]; /* 1: free unit that may hold old bytes (not known zero) */
+  uint64_t kept[MTP_SPAN_WORDS];  /* 1: free unit whose entry a released block left (FREED) */
+  _Atomic(uint16_t) ent[MTP_SPAN_UNITS];
+} mtpi_span_t;
+#define MTP_SPAN_META_UNITS ((sizeof(mtpi_span_t) + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT)
+
 /* The page descriptor: one per 64 KiB page of a region, out of band in the region header. A slab
  * runs `pages` pages; its first page's descriptor describes it (kind SLAB), the others are TAIL
  * (their head points back to the first). A FREE page's descriptor keeps only free_time_ms.
@@ -198,6 +227,14 @@ enum {
  * MTP_MEDIUM_FREED once it is freed. A freed run may wait in the freeing thread's cache (list
  * MTP_LIST_HEAP_CACHE, heap/cache.c): that thread alone then writes block_size, list and link, and
  * hands the run out again without the pool lock.
+ *
+ * A packed span (pool/packed.c) is a PACKED: MTP_SPAN_PAGES pages, TAILs after its first, every
+ * field under the pool lock: `used` its units handed out (cached blocks included), `capacity` a
+ * bound on its longest run of free units (never below it: made exact when a search finds
+ * less), `list` its bin + 1 in the pool's span bins (link), detached_used nonzero while releases
+ * left free units to purge, free_time_ms the first of those releases (the span is purged, or
+ * given back when empty, once it is due); owner 0 and size_min/size_span as for MEDIUM, so that
+ * every free reaches the slow path.
  *
  * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
  * owning thread's token) or DETACHED (no owner: full when its owner moved on, or abandoned at
@@ -362,6 +399,16 @@ typedef struct mtpi_member {
   size_t cache_bytes;      /* (cache_lock) */
   uint64_t allocs;         /* cumulative small allocations (the owner; read racily by stats) */
   uint64_t remote_collected; /* cumulative blocks freed by other threads (the owner) */
+  /* Freed packed blocks kept for the owner's next ones (heap/cache.c; cache_lock), the first pk_n
+   * in no order: the block, when it was freed, its units, its put's number (pk_seq counts the
+   * puts: the newest is pk_seq - 1); pk_bytes their bytes. */
+#define MTP_PACKED_CACHED 16
+  void *pk[MTP_PACKED_CACHED];
+  uint64_t pk_time[MTP_PACKED_CACHED];
+  uint16_t pk_units[MTP_PACKED_CACHED];
+  uint32_t pk_put[MTP_PACKED_CACHED];
+  uint32_t pk_n, pk_seq;
+  size_t pk_bytes;
   mtpi_region_t *region_hint; /* the region this heap claimed for fresh pages (pool lock) */
   /* Classes this heap got a slab of from the pool (pool lock): another request for one of them
    * is growth, which earns pages faulted in ahead (region.h). */
@@ -473,7 +520,13 @@ struct mtp_pool {
   mtpi_desc_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;
-  uint64_t medium_allocs;              /* cumulative medium blocks (pool/medium.c) */
+  uint64_t medium_allocs;              /* cumulative medium blocks (pool/medium.c, packed.c) */
+  /* packed spans (pool/packed.c) by the bound on their longest free run: bin b holds bounds of
+   * 32 b to 32 b + 31 units (the last, more); bit b of span_binned: bin b is not empty */
+#define MTP_SPAN_BINS 64
+#define MTP_SPAN_BIN_SHIFT 5
+  mtpi_node_t *span_bins[MTP_SPAN_BINS];
+  uint64_t span_binned;
   /* checked mode's quarantine (heap/checked_verify.c): freed blocks held back from reuse, oldest at
    * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
    * checked free) */

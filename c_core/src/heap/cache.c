@@ -1,5 +1,5 @@
 /* A heap's cache: empty slabs and freed medium blocks its thread keeps for its next ones, up to
- * the pool's thread_cache_bytes, newest first (the newest was touched last, and its class is the
+ * the pool's thread_cache_bytes (freed packed blocks in the room the others leave), newest first (the newest was touched last, and its class is the
  * one being churned: a slab kept formatted is reused without carving). The owner takes and puts
  * without the pool lock, under the member's cache lock (pool.h), which trim, the purge pass and
  * the fork handler also take; the purge releases what waited past the delay. Layer: heap. */
@@ -116,7 +116,111 @@ static bool medium_free(mtpi_member_t *m, mtpi_desc_t *s, void *p, size_t size, 
   return cache_put(pool, m, s);
 }
 
+/* ---- packed blocks (m->pk) ---- */
+
+void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_back_t *back) {
+  /* units enough for size, and at most an eighth more than size (so the fit holds from here too) */
+  unsigned n = (unsigned)((size + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT);
+  unsigned most = (unsigned)((size + size / 8) >> MTP_UNIT_SHIFT);
+  void *p = NULL;
+  mtp__cache_lock(m);
+  /* the shortest that holds n units, never the block freed last (a use after free of it cannot
+   * reach the next block of its size); without branches on the units, which follow the
+   * program's sizes */
+  unsigned best = MTP_PACKED_CACHED, best_d = most >= n ? most - n + 1 : 0;
+  uint32_t newest = m->pk_seq - 1;
+  for (unsigned i = 0; i < m->pk_n; i++) {
+    unsigned d = (unsigned)m->pk_units[i] - n; /* wraps for shorter ones */
+    bool better = d < best_d && m->pk_put[i] != newest;
+    best_d = better ? d : best_d;
+    best = better ? i : best;
+  }
+  if (best != MTP_PACKED_CACHED) {
+    p = m->pk[best];
+    mtp__cache_pk_remove(m, best);
+  }
+  back->n = 0;
+  /* a miss: all but the newest go back, so that the cut reuses their resident units rather than
+   * fault in untouched ones (bench/results/notes.md: packed blocks) */
+  for (unsigned i = 0; p == NULL && i < m->pk_n;) {
+    if (m->pk_put[i] == newest) {
+      i++;
+      continue;
+    }
+    back->p[back->n] = m->pk[i];
+    back->time[back->n++] = m->pk_time[i];
+    mtp__cache_pk_remove(m, i);
+  }
+  mtp__cache_unlock(m);
+  if (p == NULL) return NULL;
+  m->allocs++;
+  return mtp__packed_reuse(p, size, zero);
+}
+
+/* Keep the claimed packed block p (usable bytes) in m's cache; the oldest go back to their spans
+ * past its bounds. Returns whether a purge became due. */
+static bool packed_put(mtpi_pool_t *pool, mtpi_member_t *m, void *p, size_t usable) {
+  uint64_t now = mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms());
+  void *out[MTP_PACKED_CACHED];
+  uint64_t out_time[MTP_PACKED_CACHED];
+  unsigned n_out = 0;
+  mtp__cache_lock(m);
+  /* packed blocks take what room the slabs and runs leave of the bound */
+  while (m->pk_n > 0 && (m->pk_n == MTP_PACKED_CACHED ||
+                         m->cache_bytes + m->pk_bytes + usable > pool->thread_cache_bytes)) {
+    unsigned old = 0;
+    for (unsigned i = 1; i < m->pk_n; i++) old = m->pk_put[i] - m->pk_put[old] > (1u << 31) ? i : old;
+    out[n_out] = m->pk[old];
+    out_time[n_out++] = m->pk_time[old];
+    mtp__cache_pk_remove(m, old);
+  }
+  unsigned i = m->pk_n++;
+  m->pk[i] = p;
+  m->pk_time[i] = now;
+  m->pk_units[i] = (uint16_t)(usable >> MTP_UNIT_SHIFT);
+  m->pk_put[i] = m->pk_seq++;
+  m->pk_bytes += usable;
+  mtp__cache_unlock(m);
+  if (n_out == 0) return pool->purge_delay_ms > 0; /* purged once due */
+  mtp__pool_lock(pool);
+  for (unsigned k = 0; k < n_out; k++) mtp__packed_release_locked(pool, out[k], out_time[k]);
+  return mtp__pool_unlock(pool);
+}
+
+/* Free the packed block p (head s seen as PACKED): kept in the thread's cache if it allocates from
+ * the pool and the pool caches, else back to its span. */
+static void packed_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  bool mine = h != NULL && mtp__member_pool(&h->m) == pool && !mtp__tl_exited;
+  bool due;
+  if (!mine || pool->purge_delay_ms == 0) {
+    due = mtp__packed_free(p, size, sized);
+  } else {
+    const char *what = NULL;
+    size_t usable = 0;
+    int err = mtp__packed_claim(s, p, size, sized, &usable, &what);
+    if (err) {
+      mtp__error(err, what, p);
+      return;
+    }
+    mtp__packed_mark_freed(p, usable);
+    if (usable <= pool->thread_cache_bytes) {
+      due = packed_put(pool, &h->m, p, usable);
+    } else {
+      mtp__pool_lock(pool);
+      mtp__packed_release_locked(pool, p, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
+      due = mtp__pool_unlock(pool);
+    }
+  }
+  if (due) mtp__purger_wake();
+}
+
 void mtp__heap_medium_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
+  if (s->kind == MTP_PAGE_PACKED) {
+    packed_free(s, p, size, sized);
+    return;
+  }
   mtpi_pool_t *pool = mtp__pool_of_page(s);
   /* only a thread that allocates from the pool keeps them: no heap is made for a free */
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);

@@ -43,8 +43,14 @@ mtpi_desc_t *mtp__cache_take_slab(mtpi_member_t *m, unsigned cls, bool *formatte
 /* The owner: a medium block of size bytes from m's cache (a freed one of its pages, up to a
  * quarter more, never the one freed last), or NULL. */
 void *mtp__cache_medium_alloc(mtpi_member_t *m, size_t size, bool zero);
-/* Free the medium block p (s: its head descriptor, seen as MEDIUM) into the calling thread's cache
- * if the thread has a heap in its pool and the pool caches, else to its region; misuse reported. */
+/* The owner: a packed block of size bytes from m's cache of freed ones (usable at most an eighth
+ * above size; never the one freed last), or NULL; then every cached block but the newest moves to
+ * back, for the caller to give back to their spans before it cuts a block (their units are
+ * resident: a cut reuses them before untouched ones). */
+void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_back_t *back);
+/* Free the medium block p (s: its head descriptor, seen as MEDIUM or PACKED) into the calling
+ * thread's cache if the thread has a heap in its pool and the pool caches, else to its region or
+ * span; misuse reported. */
 void mtp__heap_medium_free(mtpi_desc_t *s, void *p, size_t size, bool sized);
 /* The owner freed the last block of s (mtp__slab_push_local returned true): into the heap's
  * cache, or back to the pool. */
@@ -162,8 +168,10 @@ void mtp__prof_thread_done(void);
 /* ---- thread.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
-/* A medium block, from the calling thread's cache of the pool's freed ones first. */
-void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero);
+/* A medium block, from the calling thread's cache of the pool's freed ones first; packed
+ * (mtp__packed_fits) if fit, else a run of whole pages (64 KiB aligned, grown in place by
+ * realloc). */
+void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero, bool fit);
 /* A large block (mtp__large_alloc); wakes the purger when the block is to be judged. No lock held. */
 void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 /* Trim: the calling thread's reuse lists in pool back onto their slabs, so that slabs they kept

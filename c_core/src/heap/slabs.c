@@ -270,7 +270,7 @@ static bool take_back(mtpi_pool_t *pool, mtpi_desc_t *s, mtpi_block_t *b) {
 static void free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
   mtpi_desc_t *s = mtp__run_head(d);
   /* A medium block: its owner word is 0, so every free of one comes here, from any thread. */
-  if (s->kind == MTP_PAGE_MEDIUM) {
+  if (s->kind == MTP_PAGE_MEDIUM || s->kind == MTP_PAGE_PACKED) {
     mtp__heap_medium_free(s, b, 0, false);
     return;
   }

@@ -120,8 +120,17 @@ MTP_NOINLINE void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls) {
   return b;
 }
 
-void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
+void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero, bool fit) {
   mtpi_heap_t *h = MTP_UNLIKELY(mtp__tl_exited) ? NULL : heap_get(pool);
+  if (fit && mtp__packed_fits(size)) {
+    mtpi_pk_back_t back = {.n = 0};
+    void *b = h != NULL ? mtp__cache_packed_alloc(&h->m, size, zero, &back) : NULL;
+    if (b != NULL) return b;
+    bool due = false;
+    b = mtp__packed_alloc(pool, size, zero, &back, &due);
+    if (due) mtp__purger_wake();
+    return b;
+  }
   void *b = h != NULL ? mtp__cache_medium_alloc(&h->m, size, zero) : NULL;
   return b != NULL ? b : mtp__medium_alloc(pool, size, zero);
 }
@@ -141,7 +150,7 @@ MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
   }
   if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
-    return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false) : mtp__heap_large_alloc(pool, size, 0);
+    return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false, true) : mtp__heap_large_alloc(pool, size, 0);
   unsigned cls = mtp__class_lookup(size);
   if (size <= MTP_DIRECT_MAX) { /* the fast path's miss: the class's reuse list first */
     mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);

@@ -53,23 +53,9 @@ static unsigned pages_for(size_t size) {
 
 /* Pool lock held: s, just taken from the region layer, becomes a medium block of `size` bytes. */
 static void medium_format(mtpi_desc_t *s, size_t size) {
-  s->kind = MTP_PAGE_MEDIUM;
+  mtp__pool_format_run(s, MTP_PAGE_MEDIUM);
   s->block_size = (uint32_t)size;
-  s->cls = MTP_NUM_CLASSES;
-  s->size_min = UINT32_MAX; /* a sized free's class compare always fails: the slow path checks */
-  s->size_span = 0;
-  s->free = NULL;
-  s->used = 0;
-  s->bump = NULL;
-  s->end = mtp__page_start(s) + ((size_t)s->pages << MTP_PAGE_SHIFT);
   s->capacity = 1;
-  s->detached_used = 0;
-  s->list = MTP_LIST_NONE;
-  s->checked = 0;
-  s->check_bits = NULL;
-  mtp__store_relaxed(&s->owner, 0);       /* relaxed: published by the pool unlock */
-  mtp__store_relaxed(&s->heap, 0);
-  mtp__store_relaxed(&s->thread_free, 0);
 }
 
 /* The tools see the run's pages handed out again; the freed pattern is verified. */

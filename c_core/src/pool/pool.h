@@ -1,7 +1,7 @@
 /* The pool layer: what a pool's threads share. The registry of pools (registry.c); the slabs no
  * thread owns: detached ones waiting for adoption and empty ones kept for their class (slabs.c);
  * purging and the purge thread (purge.c); the default pool and the fork handlers (process.c);
- * medium blocks (medium.c) and large blocks (large.c; their ranges and the cache of free ones,
+ * medium blocks (medium.c: runs of whole pages; packed.c: units of packed spans) and large blocks (large.c; their ranges and the cache of free ones,
  * large_ranges.c). Per-thread state (heaps, their caches) is the heap layer's; this layer sees a
  * heap only as its membership (mtpi_member_t).
  *
@@ -74,6 +74,15 @@ static inline void mtp__cache_lock(mtpi_member_t *m) {
   while (!mtp__int_cas_weak_acquire(&m->cache_lock, &expect, 1)) expect = 0;
 }
 static inline void mtp__cache_unlock(mtpi_member_t *m) { mtp__int_store_release(&m->cache_lock, 0); }
+/* Cache lock held: the packed block at entry i leaves m's cache (the last entry takes its place). */
+static inline void mtp__cache_pk_remove(mtpi_member_t *m, unsigned i) {
+  m->pk_bytes -= (size_t)m->pk_units[i] << MTP_UNIT_SHIFT;
+  unsigned last = --m->pk_n;
+  m->pk[i] = m->pk[last];
+  m->pk_time[i] = m->pk_time[last];
+  m->pk_units[i] = m->pk_units[last];
+  m->pk_put[i] = m->pk_put[last];
+}
 static inline mtpi_desc_t *mtp__desc_of_node(mtpi_node_t *n) {
   return n ? MTP_CONTAINER(n, mtpi_desc_t, link) : NULL;
 }
@@ -133,6 +142,30 @@ void mtp__purger_reschedule(void);
 extern pthread_mutex_t mtp__purger_create_lock; /* held across the purge thread's creation */
 extern pthread_mutex_t mtp__purger_lock;
 
+/* Pool lock held: s, a run just taken from the region layer, formatted as kind (MEDIUM, PACKED):
+ * no owner and a sized free's class compare that always fails, so that every free of it reaches
+ * the slow path, which sees the kind; no blocks, lists or checks of a slab. */
+static inline void mtp__pool_format_run(mtpi_desc_t *s, uint8_t kind) {
+  s->kind = kind;
+  s->block_size = 0;
+  s->cls = MTP_NUM_CLASSES;
+  s->size_min = UINT32_MAX;
+  s->size_span = 0;
+  s->free = NULL;
+  s->used = 0;
+  s->bump = NULL;
+  s->end = mtp__page_start(s) + ((size_t)s->pages << MTP_PAGE_SHIFT);
+  s->capacity = 0;
+  s->detached_used = 0;
+  s->list = MTP_LIST_NONE;
+  s->checked = 0;
+  s->check_bits = NULL;
+  s->free_time_ms = 0;
+  mtp__store_relaxed(&s->owner, 0); /* relaxed: published by the pool unlock */
+  mtp__store_relaxed(&s->heap, 0);
+  mtp__store_relaxed(&s->thread_free, 0);
+}
+
 /* ---- medium blocks (medium.c: runs of the pool's regions; rules there) ---- */
 /* A medium block of size bytes (MTP_MAX_SMALL < size <= MTP_MEDIUM_MAX, or smaller for an
  * alignment up to MTP_PAGE_SIZE) from the pool's regions, for a pool that is not checked; zero:
@@ -157,6 +190,52 @@ bool mtp__medium_free(void *p, size_t size, bool sized);
 bool mtp__medium_resize(void *p, size_t size, bool *due);
 /* The usable size of a medium block (its pages). */
 static inline size_t mtp__medium_usable(const mtpi_desc_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
+
+/* ---- packed medium blocks (packed.c: units of packed spans; rules there) ---- */
+/* Whether a medium request of size bytes is packed: whole pages would round it up by more than a
+ * 64th (64, 128, 192 and 256 KiB, give or take, stay runs of whole pages). */
+static inline bool mtp__packed_fits(size_t size) {
+  size_t whole = (size + MTP_PAGE_SIZE - 1) & ~(MTP_PAGE_SIZE - 1);
+  return size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX && whole - size > (size >> 6);
+}
+/* Freed packed blocks that a thread's cache gives back to their spans, and when each was freed. */
+typedef struct mtpi_pk_back {
+  void *p[MTP_PACKED_CACHED];
+  uint64_t time[MTP_PACKED_CACHED];
+  unsigned n;
+} mtpi_pk_back_t;
+/* A packed block of size bytes (mtp__packed_fits) for a pool that is not checked, cut after the
+ * blocks of back (NULL: none) went back to their spans (their units, resident, are cut first);
+ * zero: its first size bytes read as zero. 512-byte aligned. Takes the pool lock; *due: a purge
+ * became due. NULL + ENOMEM. */
+void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk_back_t *back,
+                        bool *due);
+/* Hand out again the freed packed block p that the caller kept (its thread's cache) as a block of
+ * size bytes (at most its usable size): its freed pattern is verified, zero as above. */
+void *mtp__packed_reuse(void *p, size_t size, bool zero);
+/* The first step of every free of p, whose head s was seen as PACKED without the lock: checks it
+ * (a block's start, its size if sized) and claims the block for this free (of two frees exactly
+ * one gets it). Returns 0 and *usable, or the error code with *what. */
+int mtp__packed_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, size_t *usable,
+                      const char **what);
+/* A claimed block's freed pattern and poisoning, kept while the caller holds it. */
+void mtp__packed_mark_freed(void *p, size_t usable);
+/* Pool lock held: the claimed block p's units go back to its span, free at now_ms. */
+void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms);
+/* Claim p (seen as PACKED) and release it under the pool lock; misuse is reported. Returns
+ * whether a purge became due. */
+bool mtp__packed_free(void *p, size_t size, bool sized);
+/* Whether p is a packed block handed out in span s; then *usable its usable size. No lock. */
+bool mtp__packed_lookup(const mtpi_desc_t *s, const void *p, size_t *usable);
+/* Pool lock held: spans empty since cutoff go back to their regions; the OS pages wholly in free
+ * runs of spans with a release at or before cutoff are given back. *left: set if some wait for a
+ * later pass. Returns the bytes given back. */
+size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t cutoff, bool *left);
+/* Pool lock held: fn(arg, block, usable) for each block of span s handed out (not freed); a
+ * nonzero return stops the walk and is returned. */
+int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable), void *arg);
+/* MTP_DEBUG 2: span s's map against its descriptor. */
+void mtp__packed_validate(const mtpi_desc_t *s);
 
 /* ---- large blocks (large.c; a freed block's range is cached: large_ranges.c) ---- */
 /* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held.

@@ -34,6 +34,15 @@ static size_t cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t olde
     s->list = MTP_LIST_NONE;
     mtp__region_free_run(&p->rs, s, s->free_time_ms < now_ms ? s->free_time_ms : now_ms);
   }
+  for (unsigned i = 0; i < m->pk_n;) { /* packed blocks */
+    if (m->pk_time[i] > older_than_ms) {
+      i++;
+      continue;
+    }
+    mtp__packed_release_locked(p, m->pk[i], m->pk_time[i]);
+    n += (size_t)m->pk_units[i] << MTP_UNIT_SHIFT;
+    mtp__cache_pk_remove(m, i); /* the last entry comes to i: looked at next */
+  }
   mtp__cache_unlock(m);
   if (n) mtp__pool_note_free_pages(p);
   return n;
@@ -42,7 +51,7 @@ static size_t cache_drain_locked(mtpi_pool_t *p, mtpi_member_t *m, uint64_t olde
 /* Bytes waiting in m's cache. */
 static size_t cache_bytes(mtpi_member_t *m) {
   mtp__cache_lock(m);
-  size_t n = m->cache_bytes;
+  size_t n = m->cache_bytes + m->pk_bytes;
   mtp__cache_unlock(m);
   return n;
 }
@@ -59,12 +68,14 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
     for (mtpi_node_t *it = p->members; it; it = it->next)
       cache_drain_locked(p, member_of(it), cutoff, now);
   mtp__pool_release_empty_locked(p, cutoff);
+  bool packed_left = false; /* before the regions: an empty span goes back to its region */
+  n += mtp__packed_purge(p, cutoff, &packed_left);
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
   mtp__u64_add_relaxed(&p->bytes_returned, n);
   bool large_left = false; /* cached large ranges: counted in bytes_returned by large_ranges.c */
   n += mtp__large_purge(p, cutoff, &large_left); /* cached ranges stamped early: large_ranges.c */
   if (pending) {
-    bool left = large_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
+    bool left = large_left || packed_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_bytes(member_of(it)) != 0;
     *pending = *pending || (left && p->purge_delay_ms >= 0);
   }

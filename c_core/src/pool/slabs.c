@@ -79,6 +79,9 @@ void mtp__pool_take_cache_locked(mtpi_pool_t *p, mtpi_member_t *m) {
     else
       empty_put_locked(p, s, s->free_time_ms);
   }
+  for (; m->pk_n > 0; m->pk_n--) /* packed blocks to their spans */
+    mtp__packed_release_locked(p, m->pk[m->pk_n - 1], m->pk_time[m->pk_n - 1]);
+  m->pk_bytes = 0;
   mtp__cache_unlock(m);
 }
 

@@ -545,7 +545,7 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       MTP_ASSERT(!dirty || is_free);
       MTP_ASSERT((d->kind == MTP_PAGE_TAIL) == (d->head != d)); /* the free fast path's head */
       free_pages += is_free;
-      if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_MEDIUM) {
+      if (d->kind == MTP_PAGE_SLAB || d->kind == MTP_PAGE_MEDIUM || d->kind == MTP_PAGE_PACKED) {
         if (d->kind == MTP_PAGE_SLAB) { /* slab runs: 1..16 pages, a power of two, aligned to it */
           MTP_ASSERT(d->pages >= 1 && d->pages <= 16 && (d->pages & (d->pages - 1)) == 0);
           MTP_ASSERT(i % d->pages == 0);
@@ -564,7 +564,8 @@ void mtp__region_validate(mtpi_rset_t *rs) {
       } else if (d->kind == MTP_PAGE_TAIL) {
         mtpi_desc_t *h = d->head;
         MTP_ASSERT(h >= &r->pages[FIRST_PAGE] && h < d);
-        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_MEDIUM) && d - h < h->pages);
+        MTP_ASSERT((h->kind == MTP_PAGE_SLAB || h->kind == MTP_PAGE_MEDIUM ||
+                    h->kind == MTP_PAGE_PACKED) && d - h < h->pages);
       }
     }
     MTP_ASSERT(free_pages == r->h.free_pages);

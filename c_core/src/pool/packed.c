@@ -1,0 +1,473 @@
+/* Packed medium blocks: a medium request that whole 64 KiB pages would round up by more than a
+ * 64th of it (mtp__packed_fits) gets units of 512 bytes in a packed span, a run of MTP_SPAN_PAGES
+ * pages of the pool's regions cut into MTP_SPAN_UNITS units; several blocks share a page, so a
+ * block of 65,544 bytes holds 66,048, not 131,072. Layer: pool.
+ *
+ * A span's map (mtpi_span_t, types.h) lies in its first MTP_SPAN_META_UNITS units: which units
+ * are free, which free units may hold old bytes (dirty), and an entry per unit, at a block's
+ * first unit its length in units (0 elsewhere). Spans sit in the pool's bins by a bound on their
+ * longest free run; a request takes the first run long enough in a span of the smallest bound
+ * that holds it. Everything but the entries' FREED bit is under the pool lock.
+ *
+ * Rules:
+ *   - a free finds the span as a medium free finds its run (chunk map, descriptor by masking, its
+ *     head), then the block's entry: an address that is not a unit's start, or a unit whose entry
+ *     is 0, is an invalid pointer. Which free of a block is the first is one CAS of its entry
+ *     setting MTP_SPAN_FREED (mtp__packed_claim): a second free finds it set (the block waits in a
+ *     thread's cache, or its units are free and the entry is kept) and is a double free, until
+ *     the unit is cut again.
+ *   - the usable size is the block's units; a sized free accepts any size above MTP_MAX_SMALL up
+ *     to it (a block's requested size is not kept).
+ *   - a freed block's first bytes hold the freed pattern (base/fill.h); a block cut at that unit
+ *     again while it is dirty, or handed out from a cache, verifies it (a write after free is
+ *     reported).
+ *   - calloc: units never touched or purged read as zero and are not written.
+ *   - freed units stay in the span; a purge pass due after them gives back the OS pages that lie
+ *     wholly in free runs (mtp__packed_purge; not in a region on huge pages), and a span left
+ *     empty goes back to its region.
+ *   - realloc does not resize a packed block in place (the caller keeps it while the new size
+ *     maps to its units, else moves it to a run that can grow).
+ * For tools, a block's units are unpoisoned when handed out and poisoned when freed; free units
+ * stay poisoned (the region layer poisons a run it hands out). */
+#include <errno.h>
+#include <string.h>
+
+#include "base/fill.h"
+#include "base/os.h"
+#include "base/track.h"
+#include "pool.h"
+
+#define UNITS_PER_PAGE (MTP_PAGE_SIZE >> MTP_UNIT_SHIFT)
+#define FIRST MTP_SPAN_META_UNITS /* a span's first unit that blocks use */
+
+_Static_assert(MTP_SPAN_META_UNITS * 8 <= MTP_SPAN_UNITS, "the map takes at most an eighth");
+_Static_assert((MTP_MEDIUM_MAX >> MTP_UNIT_SHIFT) < MTP_SPAN_FREED &&
+                   (MTP_MEDIUM_MAX >> MTP_UNIT_SHIFT) <= MTP_SPAN_UNITS - MTP_SPAN_META_UNITS,
+               "a medium block's length in units fits an entry and a span");
+_Static_assert(MTP_FREED_BYTES <= MTP_UNIT_SIZE, "the freed pattern lies in a block's first unit");
+/* The fewest units a packed block has (run_find's searches rely on it). */
+#define MTP_UNITS_MIN ((MTP_MAX_SMALL >> MTP_UNIT_SHIFT) + 1)
+_Static_assert(MTP_UNITS_MIN >= 64, "a packed block's run fills a word or crosses a word's end");
+
+static mtpi_span_t *span_map(const mtpi_desc_t *s) { return (mtpi_span_t *)mtp__page_start(s); }
+static unsigned units_for(size_t size) {
+  return (unsigned)((size + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT);
+}
+
+/* ---- bitmaps of MTP_SPAN_UNITS bits ---- */
+
+static bool bit_get(const uint64_t *w, unsigned i) { return (w[i >> 6] >> (i & 63)) & 1; }
+
+/* The first unit from i on whose bit is `one`, or MTP_SPAN_UNITS. */
+static unsigned bit_next(const uint64_t *w, unsigned i, bool one) {
+  while (i < MTP_SPAN_UNITS) {
+    uint64_t x = (one ? w[i >> 6] : ~w[i >> 6]) & (~0ull << (i & 63));
+    if (x) return (i & ~63u) + (unsigned)__builtin_ctzll(x);
+    i = (i & ~63u) + 64;
+  }
+  return MTP_SPAN_UNITS;
+}
+
+/* The first bit of the run of ones that ends at bit i - 1 (i if bit i - 1 is 0). */
+static unsigned run_start(const uint64_t *w, unsigned i) {
+  while (i > 0) {
+    unsigned k = (i - 1) >> 6, sh = (i - 1) & 63;
+    uint64_t zeros = ~w[k] & (sh == 63 ? ~0ull : (2ull << sh) - 1); /* at or below bit i - 1 */
+    if (zeros) return k * 64 + 64 - (unsigned)__builtin_clzll(zeros);
+    i = k * 64;
+  }
+  return 0;
+}
+
+/* Bits [i, i + n) set to one. */
+static void bit_fill(uint64_t *w, unsigned i, unsigned n, bool one) {
+  for (unsigned end = i + n; i < end;) {
+    unsigned k = end - i < 64 - (i & 63) ? end - i : 64 - (i & 63);
+    uint64_t mask = (k == 64 ? ~0ull : ((1ull << k) - 1)) << (i & 63);
+    w[i >> 6] = one ? w[i >> 6] | mask : w[i >> 6] & ~mask;
+    i += k;
+  }
+}
+
+/* Any bit set in [i, i + n)? */
+static bool bit_any(const uint64_t *w, unsigned i, unsigned n) {
+  return n != 0 && bit_next(w, i, true) < i + n;
+}
+
+/* A free run of at least n units (n >= 64: MTP_UNITS_MIN) to cut a block from, or MTP_SPAN_UNITS:
+ * the first whose first unit may be resident (dirty: it held a block, so no page faults), else
+ * the first. *longest (if not NULL): the longest run of 64 units or more (or less). A run of 64
+ * units or more fills a word or crosses a word's end, so only the ones at each word's ends are
+ * followed: a word a step, however many short runs lie inside words. */
+static unsigned run_find(const mtpi_span_t *m, unsigned n, unsigned *longest) {
+  unsigned cur = 0, most = 0, found = MTP_SPAN_UNITS, found_dirty = MTP_SPAN_UNITS;
+  for (unsigned k = 0; k <= MTP_SPAN_WORDS; k++) { /* cur: the run that reaches word k */
+    uint64_t w = k < MTP_SPAN_WORDS ? m->free[k] : 0;
+    unsigned t = w == ~0ull ? 64 : (unsigned)__builtin_ctzll(~w); /* its ones at the bottom */
+    cur += t;
+    if (cur > most) most = cur;
+    if (cur >= n && found_dirty == MTP_SPAN_UNITS) {
+      unsigned at = k * 64 + t - cur;
+      if (found == MTP_SPAN_UNITS) found = at;
+      if (bit_get(m->dirty, at)) found_dirty = at;
+    }
+    if (w != ~0ull) cur = (unsigned)__builtin_clzll(~w); /* its ones at the top */
+  }
+  if (longest) *longest = most;
+  return found_dirty != MTP_SPAN_UNITS ? found_dirty : found;
+}
+
+/* ---- bins ---- */
+
+static unsigned bin_of(unsigned longest) {
+  unsigned b = longest >> MTP_SPAN_BIN_SHIFT;
+  return b < MTP_SPAN_BINS ? b : MTP_SPAN_BINS - 1;
+}
+
+static void bin_remove(mtpi_pool_t *pool, mtpi_desc_t *s) {
+  unsigned b = s->list - 1u;
+  mtp__list_remove(&pool->span_bins[b], &s->link);
+  if (pool->span_bins[b] == NULL) pool->span_binned &= ~(1ull << b);
+  s->list = MTP_LIST_NONE;
+}
+
+/* Pool lock held: s's bound on its longest free run set to longest, and s moved to its bin. */
+static void rebin(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned longest) {
+  s->capacity = longest;
+  unsigned b = bin_of(longest);
+  if (s->list == b + 1) return;
+  if (s->list != 0) bin_remove(pool, s);
+  mtp__list_push(&pool->span_bins[b], &s->link);
+  pool->span_binned |= 1ull << b;
+  s->list = (uint8_t)(b + 1);
+}
+
+/* Pool lock held: s has a free run of n units (its first unit in *at)? If not, its bound
+ * becomes its longest run, and its bin that one's. */
+static bool span_holds(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned n, unsigned *at) {
+  *at = run_find(span_map(s), n, NULL);
+  if (*at != MTP_SPAN_UNITS) return true;
+  unsigned longest;
+  run_find(span_map(s), MTP_SPAN_UNITS, &longest);
+  rebin(pool, s, longest);
+  return false;
+}
+
+/* Pool lock held: a span with a free run of n units, and *at its first unit; or NULL. The
+ * smallest bound that holds n first: the first span of n's own bin, then of the next bin not
+ * empty (every bound there holds n), so no list is walked; a span whose bound promised more than
+ * it has gets its exact longest run (and bin) on the way. */
+static mtpi_desc_t *span_find(mtpi_pool_t *pool, unsigned n, unsigned *at) {
+  unsigned b = bin_of(n);
+  mtpi_desc_t *s = mtp__desc_of_node(pool->span_bins[b]);
+  if (s != NULL && s->capacity >= n && span_holds(pool, s, n, at)) return s;
+  for (;;) {
+    uint64_t above = b + 1 < MTP_SPAN_BINS ? pool->span_binned & (~0ull << (b + 1)) : 0;
+    if (above == 0) return NULL;
+    s = mtp__desc_of_node(pool->span_bins[__builtin_ctzll(above)]);
+    if (span_holds(pool, s, n, at)) return s;
+  }
+}
+
+/* Pool lock held: a new span from the pool's regions, in its bin, or NULL. */
+static mtpi_desc_t *span_new(mtpi_pool_t *pool) {
+  uint64_t dirty = 0;
+  mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, MTP_SPAN_PAGES, &dirty);
+  if (s == NULL) return NULL;
+  mtp__pool_format_run(s, MTP_PAGE_PACKED);
+  mtpi_span_t *m = span_map(s);
+  mtp__track_handout(m, FIRST << MTP_UNIT_SHIFT);
+  memset(m, 0, sizeof *m);
+  bit_fill(m->free, FIRST, MTP_SPAN_UNITS - FIRST, true);
+  for (; dirty != 0; dirty &= dirty - 1) {
+    unsigned page = (unsigned)__builtin_ctzll(dirty);
+    unsigned from = page * UNITS_PER_PAGE < FIRST ? FIRST : page * UNITS_PER_PAGE;
+    bit_fill(m->dirty, from, (page + 1) * UNITS_PER_PAGE - from, true);
+  }
+  rebin(pool, s, MTP_SPAN_UNITS - FIRST);
+  return s;
+}
+
+/* Pool lock held: the empty span s goes back to its region. */
+static void span_release(mtpi_pool_t *pool, mtpi_desc_t *s) {
+  MTP_ASSERT(s->used == 0 && s->list != 0);
+  bin_remove(pool, s);
+  mtp__region_free_run(&pool->rs, s, s->free_time_ms);
+  if (pool->purge_delay_ms == 0) /* as mtp__pool_release_locked treats freed pages */
+    mtp__u64_add_relaxed(&pool->bytes_returned,
+                         mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
+  else
+    mtp__pool_note_free_pages(pool);
+}
+
+/* Pool lock held: give back the OS pages that lie wholly in s's free runs and may be resident.
+ * Not in a region advised for huge pages: one huge page backs the span's pages in use too, and
+ * the region purges a huge range only once all of it is free (region.h). Returns the bytes. */
+static size_t span_purge(mtpi_desc_t *s) {
+  mtpi_span_t *m = span_map(s);
+  char *base = (char *)m;
+  size_t os = mtp__os_page_size(), n = 0;
+  if (os < MTP_UNIT_SIZE || os > MTP_PAGE_SIZE || mtp__region_of_desc(s)->h.huge_pages != 0) return 0;
+  unsigned per = (unsigned)(os >> MTP_UNIT_SHIFT); /* units an OS page */
+  for (unsigned i = bit_next(m->free, FIRST, true); i < MTP_SPAN_UNITS;) {
+    unsigned end = bit_next(m->free, i, false);
+    unsigned a = (i + per - 1) / per * per, b = end / per * per;
+    if (b > a && bit_any(m->dirty, a, b - a)) {
+      size_t len = (size_t)(b - a) << MTP_UNIT_SHIFT;
+      if (mtp__os_purge(base + ((size_t)a << MTP_UNIT_SHIFT), len) == 0) {
+        bit_fill(m->dirty, a, b - a, false);
+        n += len;
+      }
+    }
+    i = bit_next(m->free, end, true);
+  }
+  return n;
+}
+
+/* ---- blocks ---- */
+
+/* The 64 bits of w from bit i on (past the map's end: 0). */
+static uint64_t bit_word(const uint64_t *w, unsigned i) {
+  unsigned k = i >> 6, sh = i & 63;
+  uint64_t lo = w[k] >> sh;
+  return sh == 0 || k + 1 >= MTP_SPAN_WORDS ? lo : lo | w[k + 1] << (64 - sh);
+}
+
+/* Pool lock held: the n units at f (free) cut from s as a block; dirty_out (if not NULL) gets its
+ * units that may hold old bytes (bit k: its unit k, k < n <= 512), *verify whether its first unit holds a
+ * freed block's pattern to check. The bound on s's longest run stays (it is an upper bound). */
+static void cut(mtpi_desc_t *s, unsigned f, unsigned n, uint64_t *dirty_out, bool *verify) {
+  mtpi_span_t *m = span_map(s);
+  MTP_ASSERT(f + n <= MTP_SPAN_UNITS && n >= MTP_UNITS_MIN && n <= 512 &&
+             bit_next(m->free, f, false) >= f + n);
+  *verify = bit_get(m->dirty, f) && (atomic_load_explicit(&m->ent[f], memory_order_relaxed) &
+                                     MTP_SPAN_FREED) != 0;
+  for (unsigned k = 0; dirty_out != NULL && k < n; k += 64) {
+    uint64_t w = bit_word(m->dirty, f + k);
+    dirty_out[k >> 6] = n - k < 64 ? w & ((1ull << (n - k)) - 1) : w;
+  }
+  /* the block's entry, and none inside it: older blocks' kept FREED entries cleared */
+  atomic_store_explicit(&m->ent[f], (uint16_t)n, memory_order_relaxed);
+  for (unsigned k = bit_next(m->kept, f + 1, true); k < f + n; k = bit_next(m->kept, k + 1, true))
+    atomic_store_explicit(&m->ent[k], 0, memory_order_relaxed);
+  bit_fill(m->free, f, n, false);
+  bit_fill(m->dirty, f, n, false);
+  bit_fill(m->kept, f, n, false);
+  s->used += n;
+}
+
+void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk_back_t *back,
+                        bool *due) {
+  MTP_ASSERT(mtp__packed_fits(size) && !pool->check);
+  unsigned n = units_for(size);
+  uint64_t dirty[512 / 64] = {0};
+  bool verify = false;
+  unsigned f = FIRST; /* a new span's first run */
+  mtp__pool_lock(pool);
+  for (unsigned i = 0; back != NULL && i < back->n; i++)
+    mtp__packed_release_locked(pool, back->p[i], back->time[i]);
+  mtpi_desc_t *s = span_find(pool, n, &f);
+  if (s == NULL) {
+    s = span_new(pool);
+    f = FIRST;
+  }
+  if (s != NULL) {
+    cut(s, f, n, zero ? dirty : NULL, &verify);
+    pool->medium_allocs++;
+    MTP_VALIDATE(mtp__packed_validate(s));
+  }
+  *due = mtp__pool_unlock(pool); /* the blocks given back may have made a purge due */
+  if (s == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  char *b = (char *)span_map(s) + ((size_t)f << MTP_UNIT_SHIFT);
+  mtp__track_handout(b, (size_t)n << MTP_UNIT_SHIFT);
+  if (verify && !mtp__fill_intact(b)) /* the caller gets the block all the same */
+    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
+  /* ours alone now: clear, outside the lock, the units that may hold old bytes */
+  for (unsigned w = 0; zero && w < 512 / 64; w++)
+    for (uint64_t x = dirty[w]; x != 0; x &= x - 1) {
+      size_t at = (size_t)(w * 64 + (unsigned)__builtin_ctzll(x)) << MTP_UNIT_SHIFT;
+      if (at < size) memset(b + at, 0, size - at < MTP_UNIT_SIZE ? size - at : MTP_UNIT_SIZE);
+    }
+  return b;
+}
+
+/* p's unit in the span s, or MTP_SPAN_UNITS when p is no unit's start past the map. */
+static unsigned unit_of(const mtpi_desc_t *s, const void *p) {
+  size_t off = (size_t)((const char *)p - (const char *)span_map(s));
+  if ((off & (MTP_UNIT_SIZE - 1)) != 0 || off < (FIRST << MTP_UNIT_SHIFT) ||
+      off >= ((size_t)MTP_SPAN_UNITS << MTP_UNIT_SHIFT))
+    return MTP_SPAN_UNITS;
+  return (unsigned)(off >> MTP_UNIT_SHIFT);
+}
+
+bool mtp__packed_lookup(const mtpi_desc_t *s, const void *p, size_t *usable) {
+  unsigned f = unit_of(s, p);
+  if (f == MTP_SPAN_UNITS) return false;
+  uint16_t v = atomic_load_explicit(&span_map(s)->ent[f], memory_order_relaxed);
+  if (v == 0 || (v & MTP_SPAN_FREED)) return false;
+  *usable = (size_t)v << MTP_UNIT_SHIFT;
+  return true;
+}
+
+int mtp__packed_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, size_t *usable,
+                      const char **what) {
+  unsigned f = unit_of(s, p);
+  if (f == MTP_SPAN_UNITS) {
+    *what = "invalid pointer (not the start of a medium block)";
+    return MTP_ERR_INVALID_POINTER;
+  }
+  _Atomic(uint16_t) *e = &span_map(s)->ent[f];
+  uint16_t v = atomic_load_explicit(e, memory_order_relaxed);
+  for (;;) {
+    if (v == 0) {
+      *what = "invalid pointer (not the start of a medium block)";
+      return MTP_ERR_INVALID_POINTER;
+    }
+    if (v & MTP_SPAN_FREED) {
+      *what = "double free (the medium block is freed already)";
+      return MTP_ERR_DOUBLE_FREE;
+    }
+    if (sized && !(size > MTP_MAX_SMALL && size <= ((size_t)v << MTP_UNIT_SHIFT))) {
+      *what = "wrong size (sized free of a medium block)";
+      return MTP_ERR_WRONG_SIZE;
+    }
+    /* acq_rel: orders this free after a hand-out from a cache in another thread */
+    if (atomic_compare_exchange_weak_explicit(e, &v, (uint16_t)(v | MTP_SPAN_FREED),
+                                              memory_order_acq_rel, memory_order_relaxed))
+      break;
+  }
+  *usable = (size_t)v << MTP_UNIT_SHIFT;
+  return 0;
+}
+
+void mtp__packed_mark_freed(void *p, size_t usable) {
+  mtp__fill_freed(p);
+  mtp__track_poison(p, usable);
+}
+
+void *mtp__packed_reuse(void *p, size_t size, bool zero) {
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
+  _Atomic(uint16_t) *e = &span_map(s)->ent[unit_of(s, p)];
+  uint16_t v = atomic_load_explicit(e, memory_order_relaxed);
+  mtp__track_handout(p, (size_t)(v & ~MTP_SPAN_FREED) << MTP_UNIT_SHIFT);
+  if (!mtp__fill_intact(p))
+    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", p);
+  /* relaxed: the next free, from any thread, is ordered after this by the program's hand-over */
+  atomic_store_explicit(e, (uint16_t)(v & ~MTP_SPAN_FREED), memory_order_relaxed);
+  if (zero) memset(p, 0, size); /* cached units are resident and dirty */
+  return p;
+}
+
+void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
+  mtpi_span_t *m = span_map(s);
+  unsigned f = unit_of(s, p);
+  uint16_t v = atomic_load_explicit(&m->ent[f], memory_order_relaxed);
+  MTP_ASSERT(s->kind == MTP_PAGE_PACKED && (v & MTP_SPAN_FREED));
+  unsigned n = v & ~MTP_SPAN_FREED;
+  MTP_ASSERT(n != 0 && f + n <= MTP_SPAN_UNITS && !bit_any(m->free, f, n) && s->used >= n);
+  bit_fill(m->free, f, n, true);
+  bit_fill(m->dirty, f, n, true);
+  m->kept[f >> 6] |= 1ull << (f & 63);
+  s->used -= n;
+  /* free units to purge, due once the first of them since the last purge is: a span that frees a
+   * block now and then is purged all the same */
+  if (!s->detached_used || now_ms < s->free_time_ms) s->free_time_ms = now_ms;
+  s->detached_used = 1;
+  /* the free run the block joined: the bound grows to it if it is longer */
+  unsigned run = bit_next(m->free, f + n, false) - run_start(m->free, f);
+  if (run > s->capacity) rebin(pool, s, run);
+  MTP_VALIDATE(mtp__packed_validate(s));
+  if (pool->purge_delay_ms != 0) {
+    mtp__pool_note_free_pages(pool);
+    return;
+  }
+  /* no delay: purge at once, and an empty span goes */
+  mtp__u64_add_relaxed(&pool->bytes_returned, span_purge(s));
+  s->detached_used = 0;
+  if (s->used == 0) span_release(pool, s);
+}
+
+bool mtp__packed_free(void *p, size_t size, bool sized) {
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  const char *what = NULL;
+  size_t usable = 0;
+  int err = mtp__packed_claim(s, p, size, sized, &usable, &what);
+  if (err) {
+    mtp__error(err, what, p);
+    return false;
+  }
+  mtp__packed_mark_freed(p, usable);
+  mtp__pool_lock(pool);
+  mtp__packed_release_locked(pool, p, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
+  return mtp__pool_unlock(pool);
+}
+
+size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t cutoff, bool *left) {
+  size_t n = 0;
+  for (unsigned b = 0; b < MTP_SPAN_BINS; b++) {
+    mtpi_node_t *next;
+    for (mtpi_node_t *it = pool->span_bins[b]; it != NULL; it = next) {
+      next = it->next;
+      mtpi_desc_t *s = mtp__desc_of_node(it);
+      if (s->free_time_ms > cutoff) {
+        if (s->used == 0 || s->detached_used) *left = true;
+        continue;
+      }
+      if (s->used == 0) {
+        span_release(pool, s); /* its pages are the region layer's to purge */
+        continue;
+      }
+      if (s->detached_used) n += span_purge(s);
+      s->detached_used = 0;
+    }
+  }
+  return n;
+}
+
+int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable), void *arg) {
+  mtpi_span_t *m = span_map(s);
+  for (unsigned i = FIRST; i < MTP_SPAN_UNITS;) {
+    uint16_t v = atomic_load_explicit(&m->ent[i], memory_order_relaxed);
+    unsigned n = v & ~MTP_SPAN_FREED;
+    if (v == 0 || bit_get(m->free, i) || n == 0 || i + n > MTP_SPAN_UNITS) {
+      i++;
+      continue;
+    }
+    if (!(v & MTP_SPAN_FREED)) {
+      int rc = fn(arg, (char *)m + ((size_t)i << MTP_UNIT_SHIFT), (size_t)n << MTP_UNIT_SHIFT);
+      if (rc) return rc;
+    }
+    i += n;
+  }
+  return 0;
+}
+
+void mtp__packed_validate(const mtpi_desc_t *s) {
+  const mtpi_span_t *m = span_map(s);
+  unsigned used = 0, longest;
+  MTP_ASSERT(s->kind == MTP_PAGE_PACKED && s->pages == MTP_SPAN_PAGES);
+  MTP_ASSERT(!bit_any(m->free, 0, FIRST) && !bit_any(m->dirty, 0, FIRST) && !bit_any(m->kept, 0, FIRST));
+  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++) MTP_ASSERT((m->kept[w] & ~m->free[w]) == 0);
+  for (unsigned i = FIRST; i < MTP_SPAN_UNITS;) {
+    if (bit_get(m->free, i)) {
+      i++;
+      continue;
+    }
+    /* a unit in use: the first of a block, whose units are all in use */
+    uint16_t v = atomic_load_explicit(&((mtpi_span_t *)m)->ent[i], memory_order_relaxed);
+    unsigned n = v & ~MTP_SPAN_FREED;
+    MTP_ASSERT(n != 0 && i + n <= MTP_SPAN_UNITS && !bit_any(m->free, i, n) &&
+               !bit_any(m->dirty, i, n));
+    used += n;
+    i += n;
+  }
+  run_find(m, MTP_SPAN_UNITS, &longest);
+  MTP_ASSERT(used == s->used && longest <= s->capacity && s->list == bin_of(s->capacity) + 1);
+  (void)used;
+  (void)longest;
+}
