@@ -160,7 +160,7 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
 /* Keep the claimed packed block p (usable bytes) in m's cache; the oldest go back to their spans
  * past its bounds. Returns whether a purge became due. */
 static bool packed_put(mtpi_pool_t *pool, mtpi_member_t *m, void *p, size_t usable) {
-  uint64_t now = mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms());
+  uint64_t now = mtp__os_now_ms();
   void *out[MTP_PACKED_CACHED];
   uint64_t out_time[MTP_PACKED_CACHED];
   unsigned n_out = 0;
@@ -209,7 +209,7 @@ static void packed_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
       due = packed_put(pool, &h->m, p, usable);
     } else {
       mtp__pool_lock(pool);
-      mtp__packed_release_locked(pool, p, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
+      mtp__packed_release_locked(pool, p, mtp__os_now_ms());
       due = mtp__pool_unlock(pool);
     }
   }

@@ -403,7 +403,7 @@ bool mtp__packed_free(void *p, size_t size, bool sized) {
   }
   mtp__packed_mark_freed(p, usable);
   mtp__pool_lock(pool);
-  mtp__packed_release_locked(pool, p, mtp__run_freed_at(pool->purge_delay_ms, mtp__os_now_ms()));
+  mtp__packed_release_locked(pool, p, mtp__os_now_ms());
   return mtp__pool_unlock(pool);
 }
 
