@@ -64,7 +64,7 @@ typedef struct mtp_options {
    * Default pool: "default" (MTPOOL_NAME). */
   const char *name;
   /* Milliseconds an empty slab stays resident before its pages are returned to the OS (a freed
-   * medium or large block's pages: a tenth of it). Default 250; range 0 (return at once) ..
+   * medium block of whole 64 KiB pages or large block's pages: a tenth of it). Default 250; range 0 (return at once) ..
    * 3600000; -1: never by itself, only mtp_pool_trim.
    * (MTPOOL_PURGE_DELAY_MS) */
   long purge_delay_ms;
@@ -101,7 +101,7 @@ typedef struct mtp_stats {
                               of the pool's reserve for large blocks: up to 64 MiB) */
   size_t large_blocks;     /* blocks above the largest size class: medium (up to 256 KiB, pages
                               of the pool's regions) and large (mapped one each) */
-  size_t large_bytes;      /* bytes those take (medium: whole 64 KiB pages) */
+  size_t large_bytes;      /* bytes those take (medium: their 512-byte units or whole pages) */
   uint64_t allocs;         /* cumulative successful allocations */
   uint64_t frees;          /* cumulative frees (allocs - blocks_in_use) */
   uint64_t remote_frees;   /* cumulative frees by a thread other than the block's owner (0 in checked mode) */
@@ -260,7 +260,7 @@ MTP_API int mtp_profile_dump(const char *path) MTP_NOEXCEPT;
  * Heap walk
  * ----------------------------------------------------------------------------------------------*/
 
-/* The class a heap walk gives a block above 32 KiB (a medium block of region pages, or a large
+/* The class a heap walk gives a block above 32 KiB (a medium block in region pages, or a large
  * one mapped for itself). */
 #define MTP_VISIT_LARGE 0xffffffffu
 
