@@ -20,6 +20,7 @@
 #include "mtpool/mtpool.h"
 #include "base/types.h" /* MTP_MEDIUM_MAX, MTP_PAGE_SIZE, MTP_MAX_SMALL */
 #include "testhelper.h"
+#include "th_handoff.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -541,45 +542,14 @@ static void test_fork(void) {
 
 /* Two threads allocate spans, hand half of them to the other thread to free (a remote free takes
  * the pool lock), and check their contents. */
-static mtp_pool_t *g_mt_pool;
 #define MT_ROUNDS 3000
-#define MT_RING 64
-static void *volatile g_ring[2][MT_RING];
-
-static void *mt_worker(void *arg) {
-  int me = (int)(intptr_t)arg, other = 1 - me;
-  th_rng_t r;
-  th_rng_seed(&r, (uint64_t)me, 7, 11);
-  for (int i = 0; i < MT_ROUNDS; i++) {
-    size_t n = MTP_MAX_SMALL + 1 + th_below(&r, MTP_MEDIUM_MAX - MTP_MAX_SMALL);
-    unsigned char *b = span_alloc(g_mt_pool, n);
-    REQUIRE(b != NULL, "alloc");
-    memset(b, me + 1, 64);
-    if (th_below(&r, 2)) {
-      CHECK(b[63] == me + 1);
-      mtp_free(b);
-    } else {
-      /* hand it over: the other thread frees it */
-      void *old = __atomic_exchange_n(&g_ring[other][i % MT_RING], b, __ATOMIC_ACQ_REL);
-      if (old) mtp_free(old);
-    }
-    void *mine = __atomic_exchange_n(&g_ring[me][(i * 7) % MT_RING], NULL, __ATOMIC_ACQ_REL);
-    if (mine) mtp_free(mine);
-  }
-  return NULL;
-}
-
 static void test_threads(void) {
-  g_mt_pool = th_pool("span", 50, 0);
-  pthread_t t[2];
-  for (intptr_t i = 0; i < 2; i++) REQUIRE(pthread_create(&t[i], NULL, mt_worker, (void *)i) == 0, "create");
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  for (int k = 0; k < 2; k++)
-    for (int i = 0; i < MT_RING; i++)
-      if (g_ring[k][i]) mtp_free(g_ring[k][i]);
-  CHECK_EQ_SZ(th_stats(g_mt_pool).blocks_in_use, 0);
-  CHECK_EQ_SZ(th_stats(g_mt_pool).allocs, 2 * MT_ROUNDS);
-  mtp_pool_destroy(g_mt_pool);
+  mtp_pool_t *p = th_pool("span", 50, 0);
+  th_handoff((th_handoff_t){.pool = p, .alloc = span_alloc, .lo = MTP_MAX_SMALL + 1,
+                            .span = MTP_MEDIUM_MAX - MTP_MAX_SMALL, .rounds = MT_ROUNDS, .seed = 7});
+  CHECK_EQ_SZ(th_stats(p).blocks_in_use, 0);
+  CHECK_EQ_SZ(th_stats(p).allocs, 2 * MT_ROUNDS);
+  mtp_pool_destroy(p);
   CHECK(g_errs == 0);
 }
 

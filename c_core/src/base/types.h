@@ -202,10 +202,14 @@ enum {
 #define MTP_SPAN_WORDS (MTP_SPAN_UNITS / 64)
 /* A block's entry (at its first unit) while it is freed: in a thread's cache, or its units free. */
 #define MTP_SPAN_FREED ((uint16_t)0x8000)
-/* Under the pool lock: free, dirty. ent: written by the pool lock's holder when a block is cut
- * (its first unit's entry = its length in units, the others' 0) and by the free that claims it
- * (a CAS that sets MTP_SPAN_FREED, from any thread, without the lock: of two frees one wins);
- * read by lookups without the lock (relaxed: a block's entry is fixed while it is handed out). */
+/* Under the pool lock: free, dirty, kept. ent: written by the pool lock's holder when a block is
+ * cut (its first unit's entry = its length in units; kept entries inside it cleared to 0), by
+ * the free that claims it (a CAS that sets MTP_SPAN_FREED, acq_rel, from any thread, without the
+ * lock: of two frees one wins) and by the thread whose cache hands the claimed block out again
+ * (a relaxed store clearing FREED: the block is that thread's alone, and its next free is
+ * ordered after it by the program's hand-over of the pointer); read by lookups without the lock
+ * (relaxed: a block's entry is fixed while it is handed out). The cut's stores are relaxed:
+ * the pool unlock and the hand-over of the pointer publish them. */
 typedef struct mtpi_span {
   uint64_t free[MTP_SPAN_WORDS];  /* 1: unit free */
   uint64_t dirty[MTP_SPAN_WORDS]; /* 1: free unit that may hold old bytes (not known zero) */

@@ -205,13 +205,8 @@ static void packed_free(mtpi_desc_t *s, void *p, size_t size, bool sized) {
       return;
     }
     mtp__packed_mark_freed(p, usable);
-    if (usable <= pool->thread_cache_bytes) {
-      due = packed_put(pool, &h->m, p, usable);
-    } else {
-      mtp__pool_lock(pool);
-      mtp__packed_release_locked(pool, p, mtp__os_now_ms());
-      due = mtp__pool_unlock(pool);
-    }
+    due = usable <= pool->thread_cache_bytes ? packed_put(pool, &h->m, p, usable)
+                                             : mtp__packed_release(pool, p);
   }
   if (due) mtp__purger_wake();
 }

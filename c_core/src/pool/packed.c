@@ -402,6 +402,10 @@ bool mtp__packed_free(void *p, size_t size, bool sized) {
     return false;
   }
   mtp__packed_mark_freed(p, usable);
+  return mtp__packed_release(pool, p);
+}
+
+bool mtp__packed_release(mtpi_pool_t *pool, void *p) {
   mtp__pool_lock(pool);
   mtp__packed_release_locked(pool, p, mtp__os_now_ms());
   return mtp__pool_unlock(pool);

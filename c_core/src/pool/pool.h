@@ -222,6 +222,9 @@ int mtp__packed_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, size_t *
 void mtp__packed_mark_freed(void *p, size_t usable);
 /* Pool lock held: the claimed block p's units go back to its span, free at now_ms. */
 void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms);
+/* The claimed block p of pool goes back to its span now, under the pool lock. Returns whether a
+ * purge became due. */
+bool mtp__packed_release(mtpi_pool_t *pool, void *p);
 /* Claim p (seen as PACKED) and release it under the pool lock; misuse is reported. Returns
  * whether a purge became due. */
 bool mtp__packed_free(void *p, size_t size, bool sized);
