@@ -112,6 +112,7 @@ static void test_detach_news_adopt(void) {
 }
 
 int main(void) {
+  mtp__link_key_init(); /* what making a pool does before any slab (no pool here) */
   RUN(test_carve_page_sizes);
   RUN(test_local_and_remote);
   RUN(test_detach_news_adopt);

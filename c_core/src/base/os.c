@@ -258,7 +258,7 @@ void mtp__link_key_init(void) {
   uintptr_t zero = 0;
   /* acq_rel CAS on the plain word (GCC builtins): whoever wins, every later reader gets that
    * value (the acquire above pairs with it); readers that reach a slab are ordered after its
-   * format (pool lock or release/acquire), which is after this */
+   * pool's creation (the default pool's once, or a release/acquire pair), which is after this */
   (void)__atomic_compare_exchange_n(&mtp__link_key, &zero, (uintptr_t)k, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE);
   /* The winner's tag, written once in all (a CAS from 0; every racing initialiser would write

@@ -62,13 +62,14 @@ MTP_INLINE void mtp__track_handout(void *p, size_t n) {
 
 /* Free-list links are stored encoded: link word = next ^ mtp__link_key, on the owner's list and
  * on the remote list alike (see "Free-list links" at mtpi_block_t in types.h). The key is set once
- * per process, before the first slab is formatted (mtp__link_key_init), and never changes: a
- * plain relaxed read of it is its final value for every thread that reached a slab (it learnt of
- * the slab through the pool lock or a release/acquire pair after the key was set). */
+ * per process, when the first pool (the default, inside its once) is made (mtp__link_key_init),
+ * and never changes: a plain read of it is its final value for every thread that reached a pool
+ * (it learnt of the pool through the default pool's once or a release/acquire pair after). */
 #pragma GCC visibility push(hidden)
 /* A plain word, so that the compiler may keep it in a register across a pop or a push (an atomic
- * load could not be merged). Written once, by a CAS in mtp__link_key_init, before any slab exists;
- * read plainly after that (ordered by the pool lock or a release/acquire pair, as above). */
+ * load could not be merged). Written once, by a CAS in mtp__link_key_init, before any pool exists;
+ * read plainly after that (ordered as above). Setting it at a slab's format let two threads' first
+ * slabs race: the loser's failed CAS counts as a write to ThreadSanitizer (test_rel_fork). */
 extern uintptr_t mtp__link_key;
 /* The key's top 16 bits (a free block's link word's top half), kept apart so that the free fast
  * path tests a block in one 16-bit compare. Written once, by a CAS from 0 after the key's, by

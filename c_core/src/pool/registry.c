@@ -80,6 +80,9 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
     mtp_options_init(&opt);
   if (is_default) mtp__options_from_env(&opt);
   mtp__options_sanitize(&opt);
+  /* The free-list key, before any slab of any pool: the default pool is made first (inside its
+   * once), so every later caller finds the key set and no two threads race to set it. */
+  mtp__link_key_init();
   /* The default pool's record is static: the process can always use it, even when the very
    * first map fails (its allocations then fail with ENOMEM, and work again later). */
   static mtpi_pool_t default_record;

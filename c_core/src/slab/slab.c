@@ -9,7 +9,7 @@
 
 void mtp__slab_format(mtpi_desc_t *s, unsigned cls, bool checked) {
   MTP_ASSERT(cls < MTP_NUM_CLASSES && s->pages == mtp__class_pages[cls]);
-  mtp__link_key_init(); /* before the first link is written (every pool's slabs pass here) */
+  MTP_ASSERT(mtp__link_key_get() != 0); /* set when the pool was made (mtp__pool_new) */
   uint32_t bs = mtp__class_size[cls];
   size_t run = (size_t)s->pages << MTP_PAGE_SHIFT;
   char *start = mtp__page_start(s);
