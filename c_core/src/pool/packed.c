@@ -58,14 +58,23 @@ static unsigned units_for(size_t size) {
 
 static bool bit_get(const uint64_t *w, unsigned i) { return (w[i >> 6] >> (i & 63)) & 1; }
 
-/* The first unit from i on whose bit is `one`, or MTP_SPAN_UNITS. */
-static unsigned bit_next(const uint64_t *w, unsigned i, bool one) {
-  while (i < MTP_SPAN_UNITS) {
+/* The first unit from i on, before end, whose bit is `one`, or end (end <= MTP_SPAN_UNITS): the
+ * words past end are not read. */
+static unsigned bit_next_before(const uint64_t *w, unsigned i, unsigned end, bool one) {
+  while (i < end) {
     uint64_t x = (one ? w[i >> 6] : ~w[i >> 6]) & (~0ull << (i & 63));
-    if (x) return (i & ~63u) + (unsigned)__builtin_ctzll(x);
+    if (x) {
+      unsigned at = (i & ~63u) + (unsigned)__builtin_ctzll(x);
+      return at < end ? at : end;
+    }
     i = (i & ~63u) + 64;
   }
-  return MTP_SPAN_UNITS;
+  return end;
+}
+
+/* The first unit from i on whose bit is `one`, or MTP_SPAN_UNITS. */
+static unsigned bit_next(const uint64_t *w, unsigned i, bool one) {
+  return bit_next_before(w, i, MTP_SPAN_UNITS, one);
 }
 
 /* The first bit of the run of ones that ends at bit i - 1 (i if bit i - 1 is 0). */
@@ -91,30 +100,31 @@ static void bit_fill(uint64_t *w, unsigned i, unsigned n, bool one) {
 
 /* Any bit set in [i, i + n)? */
 static bool bit_any(const uint64_t *w, unsigned i, unsigned n) {
-  return n != 0 && bit_next(w, i, true) < i + n;
+  return n != 0 && bit_next_before(w, i, i + n, true) < i + n;
 }
 
 /* A free run of at least n units (n >= 64: MTP_UNITS_MIN) to cut a block from, or MTP_SPAN_UNITS:
- * the first whose first unit may be resident (dirty: it held a block, so no page faults), else
- * the first. *longest (if not NULL): the longest run of 64 units or more (or less). A run of 64
- * units or more fills a word or crosses a word's end, so only the ones at each word's ends are
- * followed: a word a step, however many short runs lie inside words. */
+ * the first whose first unit may be resident (dirty: it held a block, so no page faults; the scan
+ * stops there), else the first. *longest (if not NULL), when none is found: the longest run of
+ * 64 units or more (or less). A run of 64 units or more fills a word or crosses a word's end, so
+ * only the ones at each word's ends are followed: a word a step, however many short runs lie
+ * inside words. */
 static unsigned run_find(const mtpi_span_t *m, unsigned n, unsigned *longest) {
-  unsigned cur = 0, most = 0, found = MTP_SPAN_UNITS, found_dirty = MTP_SPAN_UNITS;
+  unsigned cur = 0, most = 0, found = MTP_SPAN_UNITS;
   for (unsigned k = 0; k <= MTP_SPAN_WORDS; k++) { /* cur: the run that reaches word k */
     uint64_t w = k < MTP_SPAN_WORDS ? m->free[k] : 0;
     unsigned t = w == ~0ull ? 64 : (unsigned)__builtin_ctzll(~w); /* its ones at the bottom */
     cur += t;
     if (cur > most) most = cur;
-    if (cur >= n && found_dirty == MTP_SPAN_UNITS) {
+    if (cur >= n) {
       unsigned at = k * 64 + t - cur;
+      if (bit_get(m->dirty, at)) return at;
       if (found == MTP_SPAN_UNITS) found = at;
-      if (bit_get(m->dirty, at)) found_dirty = at;
     }
     if (w != ~0ull) cur = (unsigned)__builtin_clzll(~w); /* its ones at the top */
   }
   if (longest) *longest = most;
-  return found_dirty != MTP_SPAN_UNITS ? found_dirty : found;
+  return found;
 }
 
 /* ---- bins ---- */
@@ -145,10 +155,9 @@ static void rebin(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned longest) {
 /* Pool lock held: s has a free run of n units (its first unit in *at)? If not, its bound
  * becomes its longest run, and its bin that one's. */
 static bool span_holds(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned n, unsigned *at) {
-  *at = run_find(span_map(s), n, NULL);
+  unsigned longest = 0;
+  *at = run_find(span_map(s), n, &longest);
   if (*at != MTP_SPAN_UNITS) return true;
-  unsigned longest;
-  run_find(span_map(s), MTP_SPAN_UNITS, &longest);
   rebin(pool, s, longest);
   return false;
 }
@@ -248,7 +257,8 @@ static void cut(mtpi_desc_t *s, unsigned f, unsigned n, uint64_t *dirty_out, boo
   }
   /* the block's entry, and none inside it: older blocks' kept FREED entries cleared */
   atomic_store_explicit(&m->ent[f], (uint16_t)n, memory_order_relaxed);
-  for (unsigned k = bit_next(m->kept, f + 1, true); k < f + n; k = bit_next(m->kept, k + 1, true))
+  for (unsigned k = bit_next_before(m->kept, f + 1, f + n, true); k < f + n;
+       k = bit_next_before(m->kept, k + 1, f + n, true))
     atomic_store_explicit(&m->ent[k], 0, memory_order_relaxed);
   bit_fill(m->free, f, n, false);
   bit_fill(m->dirty, f, n, false);
