@@ -127,7 +127,7 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
   /* the shortest that holds n units, never the block freed last (a use after free of it cannot
    * reach the next block of its size); without branches on the units, which follow the
    * program's sizes */
-  unsigned best = MTP_PACKED_CACHED, best_d = most >= n ? most - n + 1 : 0;
+  unsigned best = MTP_PACKED_CACHED, best_d = MTP_SPAN_UNITS; /* above any longer one's d */
   uint32_t newest = m->pk_seq - 1;
   for (unsigned i = 0; i < m->pk_n; i++) {
     unsigned d = (unsigned)m->pk_units[i] - n; /* wraps for shorter ones */
@@ -135,21 +135,31 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
     best_d = better ? d : best_d;
     best = better ? i : best;
   }
-  if (best != MTP_PACKED_CACHED) {
+  back->n = 0;
+  back->at = NULL;
+  if (best != MTP_PACKED_CACHED && m->pk_units[best] <= most) {
     p = m->pk[best];
     mtp__cache_pk_remove(m, best);
-  }
-  back->n = 0;
-  /* a miss: all but the newest go back, so that the cut reuses their resident units rather than
-   * fault in untouched ones (bench/results/notes.md: packed blocks) */
-  for (unsigned i = 0; p == NULL && i < m->pk_n;) {
-    if (m->pk_put[i] == newest) {
-      i++;
-      continue;
+  } else if (best != MTP_PACKED_CACHED) {
+    /* a miss, with a longer one: the request is cut at its place (its units are resident, no
+     * span is searched), the others stay */
+    back->at = back->p[0] = m->pk[best];
+    back->time[0] = m->pk_time[best];
+    back->n = 1;
+    mtp__cache_pk_remove(m, best);
+  } else {
+    /* a miss, none long enough: all but the newest go back, so that the cut reuses their
+     * resident units rather than fault in untouched ones (bench/results/notes.md: packed
+     * blocks) */
+    for (unsigned i = 0; i < m->pk_n;) {
+      if (m->pk_put[i] == newest) {
+        i++;
+        continue;
+      }
+      back->p[back->n] = m->pk[i];
+      back->time[back->n++] = m->pk_time[i];
+      mtp__cache_pk_remove(m, i);
     }
-    back->p[back->n] = m->pk[i];
-    back->time[back->n++] = m->pk_time[i];
-    mtp__cache_pk_remove(m, i);
   }
   mtp__cache_unlock(m);
   if (p == NULL) return NULL;

@@ -235,6 +235,15 @@ static size_t span_purge(mtpi_desc_t *s) {
 
 /* ---- blocks ---- */
 
+/* p's unit in the span s, or MTP_SPAN_UNITS when p is no unit's start past the map. */
+static unsigned unit_of(const mtpi_desc_t *s, const void *p) {
+  size_t off = (size_t)((const char *)p - (const char *)span_map(s));
+  if ((off & (MTP_UNIT_SIZE - 1)) != 0 || off < (FIRST << MTP_UNIT_SHIFT) ||
+      off >= ((size_t)MTP_SPAN_UNITS << MTP_UNIT_SHIFT))
+    return MTP_SPAN_UNITS;
+  return (unsigned)(off >> MTP_UNIT_SHIFT);
+}
+
 /* The 64 bits of w from bit i on (past the map's end: 0). */
 static uint64_t bit_word(const uint64_t *w, unsigned i) {
   unsigned k = i >> 6, sh = i & 63;
@@ -276,7 +285,13 @@ void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk
   mtp__pool_lock(pool);
   for (unsigned i = 0; back != NULL && i < back->n; i++)
     mtp__packed_release_locked(pool, back->p[i], back->time[i]);
-  mtpi_desc_t *s = span_find(pool, n, &f);
+  mtpi_desc_t *s;
+  if (back != NULL && back->at != NULL) { /* its units are free now, n of them at least */
+    s = mtp__run_of((uintptr_t)back->at);
+    f = unit_of(s, back->at);
+  } else {
+    s = span_find(pool, n, &f);
+  }
   if (s == NULL) {
     s = span_new(pool);
     f = FIRST;
@@ -302,15 +317,6 @@ void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk
       if (at < size) memset(b + at, 0, size - at < MTP_UNIT_SIZE ? size - at : MTP_UNIT_SIZE);
     }
   return b;
-}
-
-/* p's unit in the span s, or MTP_SPAN_UNITS when p is no unit's start past the map. */
-static unsigned unit_of(const mtpi_desc_t *s, const void *p) {
-  size_t off = (size_t)((const char *)p - (const char *)span_map(s));
-  if ((off & (MTP_UNIT_SIZE - 1)) != 0 || off < (FIRST << MTP_UNIT_SHIFT) ||
-      off >= ((size_t)MTP_SPAN_UNITS << MTP_UNIT_SHIFT))
-    return MTP_SPAN_UNITS;
-  return (unsigned)(off >> MTP_UNIT_SHIFT);
 }
 
 bool mtp__packed_lookup(const mtpi_desc_t *s, const void *p, size_t *usable) {

@@ -198,16 +198,19 @@ static inline bool mtp__packed_fits(size_t size) {
   size_t whole = (size + MTP_PAGE_SIZE - 1) & ~(MTP_PAGE_SIZE - 1);
   return size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX && whole - size > (size >> 6);
 }
-/* Freed packed blocks that a thread's cache gives back to their spans, and when each was freed. */
+/* Freed packed blocks that a thread's cache gives back to their spans, and when each was freed;
+ * at: one of them with units enough for the request, or NULL. */
 typedef struct mtpi_pk_back {
   void *p[MTP_PACKED_CACHED];
   uint64_t time[MTP_PACKED_CACHED];
   unsigned n;
+  void *at;
 } mtpi_pk_back_t;
 /* A packed block of size bytes (mtp__packed_fits) for a pool that is not checked, cut after the
- * blocks of back (NULL: none) went back to their spans (their units, resident, are cut first);
- * zero: its first size bytes read as zero. 512-byte aligned. Takes the pool lock; *due: a purge
- * became due. NULL + ENOMEM. */
+ * blocks of back (NULL: none) went back to their spans: at back->at when given (the thread's own
+ * resident units, no span searched), else from the first resident run of a span; zero: its first
+ * size bytes read as zero. 512-byte aligned. Takes the pool lock; *due: a purge became due. NULL
+ * + ENOMEM. */
 void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk_back_t *back,
                         bool *due);
 /* Hand out again the freed packed block p that the caller kept (its thread's cache) as a block of
