@@ -2,8 +2,8 @@
  * round up by more than a 64th gets 512-byte units of a packed span, several blocks to a page.
  * Fit (usable size within 512 bytes or a 64th of the request), alignment, blocks that share
  * pages without overlapping, statistics and the heap walk; the thread's cache (the block freed
- * last is not handed back next, a shorter one never, a longer one cut at its place; a write after
- * free reported); calloc (zero, untouched units not
+ * last is not handed back next, a shorter one never, a longer one split or cut at its place; a
+ * write after free reported); calloc (zero, untouched units not
  * faulted in); realloc; the exact reports of misuse; free units purged inside a live span after
  * the delay, and empty spans given back by trim; threads that free each other's blocks and exit
  * with blocks cached (for TSan); a random churn (MTPOOL_DEBUG=2 builds validate every span's map
@@ -159,34 +159,40 @@ static bool all_zero(const unsigned char *p, size_t n) {
 }
 
 /* The thread's cache on a request: a cached block it fits within an eighth is handed back; none,
- * but a longer one: the request is cut at that block's place (its first units), the rest of the
- * cache stays; never a shorter block, never the block freed last. */
+ * but one longer by a packed block at least: its first units are handed out and the rest stays
+ * cached; longer by less: the request is cut at its place; never a shorter block, never the block
+ * freed last. */
 static void test_cache_choice(void) {
   mtp_pool_t *p = th_pool("packed", 60000, 0);
   unsigned char *a = mtp_pool_alloc(p, 40000), *b = mtp_pool_alloc(p, 100000);
-  unsigned char *x = mtp_pool_alloc(p, 50000), *y = mtp_pool_alloc(p, 36000);
-  REQUIRE(a && b && x && y, "alloc");
+  unsigned char *c = mtp_pool_alloc(p, 70000), *x = mtp_pool_alloc(p, 50000);
+  unsigned char *y = mtp_pool_alloc(p, 36000);
+  REQUIRE(a && b && c && x && y, "alloc");
   mtp_free(b);
   mtp_free(a);
   mtp_free(x); /* the newest */
-  unsigned char *q1 = mtp_pool_alloc(p, 60000); /* a is shorter, b longer by more than an eighth */
+  unsigned char *q1 = mtp_pool_alloc(p, 60000); /* a is shorter; b longer by 78 units */
   CHECK(q1 == b);
   CHECK_EQ_SZ(mtp_usable_size(q1), units_of(60000));
-  unsigned char *q2 = mtp_pool_alloc(p, 39500); /* a fits (x is the newest) */
-  CHECK(q2 == a);
-  CHECK_EQ_SZ(mtp_usable_size(q2), units_of(40000));
-  mtp_free(y); /* x stays cached, y the newest: both shorter than the next request */
-  unsigned char *q3 = mtp_pool_alloc(p, 120000);
-  REQUIRE(q3 != NULL, "alloc");
-  CHECK(q3 != x && q3 != y && q3 != a && q3 != b);
-  CHECK(mtp_usable_size(q3) >= 120000);
-  memset(q1, 1, 60000);
-  memset(q2, 2, 39500);
-  memset(q3, 3, 120000);
-  CHECK(q1[59999] == 1 && q2[39499] == 2 && q3[0] == 3 && q3[119999] == 3);
-  mtp_free(q1);
-  mtp_free(q2);
-  mtp_free(q3);
+  unsigned char *q2 = mtp_pool_alloc(p, 39500); /* b's rest, 78 units, the shortest that holds it */
+  CHECK(q2 == b + units_of(60000));
+  CHECK_EQ_SZ(mtp_usable_size(q2), units_of(100000) - units_of(60000));
+  unsigned char *q3 = mtp_pool_alloc(p, 40000);
+  CHECK(q3 == a);
+  mtp_free(c);
+  mtp_free(y); /* x stays cached, y the newest */
+  unsigned char *q4 = mtp_pool_alloc(p, 60000); /* c longer by 19 units: cut at its place */
+  CHECK(q4 == c);
+  CHECK_EQ_SZ(mtp_usable_size(q4), units_of(60000));
+  unsigned char *q5 = mtp_pool_alloc(p, 120000); /* x and y are shorter */
+  REQUIRE(q5 != NULL, "alloc");
+  CHECK(q5 != x && q5 != y);
+  CHECK(mtp_usable_size(q5) >= 120000);
+  unsigned char *q[] = {q1, q2, q3, q4, q5};
+  size_t len[] = {60000, 39500, 40000, 60000, 120000};
+  for (int i = 0; i < 5; i++) memset(q[i], i + 1, len[i]);
+  for (int i = 0; i < 5; i++) CHECK(q[i][0] == i + 1 && q[i][len[i] - 1] == i + 1);
+  for (int i = 0; i < 5; i++) mtp_free(q[i]);
   CHECK_EQ_SZ(th_stats(p).blocks_in_use, 0);
   CHECK(g_errs == 0);
   mtp_pool_destroy(p);

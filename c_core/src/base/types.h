@@ -207,9 +207,11 @@ enum {
  * the free that claims it (a CAS that sets MTP_SPAN_FREED, acq_rel, from any thread, without the
  * lock: of two frees one wins) and by the thread whose cache hands the claimed block out again
  * (a relaxed store clearing FREED: the block is that thread's alone, and its next free is
- * ordered after it by the program's hand-over of the pointer); read by lookups without the lock
- * (relaxed: a block's entry is fixed while it is handed out). The cut's stores are relaxed:
- * the pool unlock and the hand-over of the pointer publish them. */
+ * ordered after it by the program's hand-over of the pointer) or splits it in two (the rest's
+ * entry, relaxed, then the first part's shorter length, release: the heap walk and the
+ * validator read entries with acquire, so a shorter length is followed by the rest's entry);
+ * read by lookups without the lock (relaxed: a block's entry is fixed while it is handed out).
+ * The cut's stores are relaxed: the pool unlock and the hand-over of the pointer publish them. */
 typedef struct mtpi_span {
   uint64_t free[MTP_SPAN_WORDS];  /* 1: unit free */
   uint64_t dirty[MTP_SPAN_WORDS]; /* 1: free unit that may hold old bytes (not known zero) */

@@ -122,7 +122,7 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
   /* units enough for size, and at most an eighth more than size (so the fit holds from here too) */
   unsigned n = (unsigned)((size + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT);
   unsigned most = (unsigned)((size + size / 8) >> MTP_UNIT_SHIFT);
-  void *p = NULL;
+  void *p = NULL, *rest;
   mtp__cache_lock(m);
   /* the shortest that holds n units, never the block freed last (a use after free of it cannot
    * reach the next block of its size); without branches on the units, which follow the
@@ -140,6 +140,13 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
   if (best != MTP_PACKED_CACHED && m->pk_units[best] <= most) {
     p = m->pk[best];
     mtp__cache_pk_remove(m, best);
+  } else if (best != MTP_PACKED_CACHED && (rest = mtp__packed_split(m->pk[best], n)) != NULL) {
+    /* a miss, with one longer by a packed block at least: its first units are handed out, the
+     * rest stays cached in its place (its age kept), no lock taken */
+    p = m->pk[best];
+    m->pk[best] = rest;
+    m->pk_units[best] = (uint16_t)(m->pk_units[best] - n);
+    m->pk_bytes -= (size_t)n << MTP_UNIT_SHIFT;
   } else if (best != MTP_PACKED_CACHED) {
     /* a miss, with a longer one: the request is cut at its place (its units are resident, no
      * span is searched), the others stay */

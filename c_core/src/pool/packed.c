@@ -377,6 +377,25 @@ void *mtp__packed_reuse(void *p, size_t size, bool zero) {
   return p;
 }
 
+void *mtp__packed_split(void *p, unsigned n) {
+  mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
+  mtpi_span_t *m = span_map(s);
+  unsigned f = unit_of(s, p);
+  uint16_t v = atomic_load_explicit(&m->ent[f], memory_order_relaxed);
+  unsigned units = v & ~MTP_SPAN_FREED;
+  MTP_ASSERT((v & MTP_SPAN_FREED) && n >= MTP_UNITS_MIN && n <= units);
+  if (units - n < MTP_UNITS_MIN) return NULL;
+  /* the rest's entry first, then the first part's (release): a walk that sees the shorter length
+   * finds the rest's entry (mtp__packed_each; an entry inside a block is 0 until then) */
+  atomic_store_explicit(&m->ent[f + n], (uint16_t)((units - n) | MTP_SPAN_FREED),
+                        memory_order_relaxed);
+  atomic_store_explicit(&m->ent[f], (uint16_t)(n | MTP_SPAN_FREED), memory_order_release);
+  char *rest = (char *)p + ((size_t)n << MTP_UNIT_SHIFT);
+  mtp__track_handout(rest, MTP_FREED_BYTES); /* poisoned with the block: the pattern goes in */
+  mtp__packed_mark_freed(rest, (size_t)(units - n) << MTP_UNIT_SHIFT);
+  return rest;
+}
+
 void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
   mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
   mtpi_span_t *m = span_map(s);
@@ -452,7 +471,8 @@ size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t cutoff, bool *left) {
 int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable), void *arg) {
   mtpi_span_t *m = span_map(s);
   for (unsigned i = FIRST; i < MTP_SPAN_UNITS;) {
-    uint16_t v = atomic_load_explicit(&m->ent[i], memory_order_relaxed);
+    /* acquire: pairs with a split's release (mtp__packed_split) */
+    uint16_t v = atomic_load_explicit(&m->ent[i], memory_order_acquire);
     unsigned n = v & ~MTP_SPAN_FREED;
     if (v == 0 || bit_get(m->free, i) || n == 0 || i + n > MTP_SPAN_UNITS) {
       i++;
@@ -479,7 +499,8 @@ void mtp__packed_validate(const mtpi_desc_t *s) {
       continue;
     }
     /* a unit in use: the first of a block, whose units are all in use */
-    uint16_t v = atomic_load_explicit(&((mtpi_span_t *)m)->ent[i], memory_order_relaxed);
+    /* acquire: as in mtp__packed_each */
+    uint16_t v = atomic_load_explicit(&((mtpi_span_t *)m)->ent[i], memory_order_acquire);
     unsigned n = v & ~MTP_SPAN_FREED;
     MTP_ASSERT(n != 0 && i + n <= MTP_SPAN_UNITS && !bit_any(m->free, i, n) &&
                !bit_any(m->dirty, i, n));

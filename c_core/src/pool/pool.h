@@ -216,6 +216,10 @@ void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk
 /* Hand out again the freed packed block p that the caller kept (its thread's cache) as a block of
  * size bytes (at most its usable size): its freed pattern is verified, zero as above. */
 void *mtp__packed_reuse(void *p, size_t size, bool zero);
+/* The freed packed block p that the caller keeps becomes two, both still freed and kept: its first
+ * n units (p, for mtp__packed_reuse) and the rest, returned (its freed pattern written); NULL, and
+ * p unchanged, when the rest would be shorter than a packed block. No lock: the caller holds p. */
+void *mtp__packed_split(void *p, unsigned n);
 /* The first step of every free of p, whose head s was seen as PACKED without the lock: checks it
  * (a block's start, its size if sized) and claims the block for this free (of two frees exactly
  * one gets it). Returns 0 and *usable, or the error code with *what. */
