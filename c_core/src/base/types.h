@@ -216,6 +216,8 @@ typedef struct mtpi_span {
   uint64_t free[MTP_SPAN_WORDS];  /* 1: unit free */
   uint64_t dirty[MTP_SPAN_WORDS]; /* 1: free unit that may hold old bytes (not known zero) */
   uint64_t kept[MTP_SPAN_WORDS];  /* 1: free unit whose entry a released block left (FREED) */
+  uint64_t aged[MTP_SPAN_WORDS];  /* 1: free unit, dirty at the span's last purge pass */
+  uint64_t last_release_ms;       /* when a block last went back to the span */
   _Atomic(uint16_t) ent[MTP_SPAN_UNITS];
 } mtpi_span_t;
 #define MTP_SPAN_META_UNITS ((sizeof(mtpi_span_t) + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT)

@@ -23,8 +23,9 @@
  *     reported).
  *   - calloc: units never touched or purged read as zero and are not written.
  *   - freed units stay in the span; a purge pass due after them gives back the OS pages that lie
- *     wholly in free runs (mtp__packed_purge; not in a region on huge pages), and a span left
- *     empty goes back to its region.
+ *     wholly in units free since the span's previous pass (mtp__packed_purge; not in a region on
+ *     huge pages; units freed since wait for the next pass, a delay later), and a span left empty
+ *     goes back to its region.
  *   - realloc does not resize a packed block in place (the caller keeps it while the new size
  *     maps to its units, else moves it to a run that can grow).
  * For tools, a block's units are unpoisoned when handed out and poisoned when freed; free units
@@ -209,27 +210,46 @@ static void span_release(mtpi_pool_t *pool, mtpi_desc_t *s) {
     mtp__pool_note_free_pages(pool);
 }
 
-/* Pool lock held: give back the OS pages that lie wholly in s's free runs and may be resident.
- * Not in a region advised for huge pages: one huge page backs the span's pages in use too, and
- * the region purges a huge range only once all of it is free (region.h). Returns the bytes. */
-static size_t span_purge(mtpi_desc_t *s) {
+/* Pool lock held: give back the OS pages of s that lie wholly in free units and may be resident:
+ * those whose dirty units were all free at the span's last pass (aged: free since then, so the
+ * freshly freed units a busy span reuses stay), or every free one if all (no release since the
+ * cutoff, or a trim). The free units still
+ * dirty are the next pass's; *rest: some OS page among them. Not in a region advised for huge
+ * pages: one huge page backs the span's pages in use too, and the region purges a huge range only
+ * once all of it is free (region.h). Returns the bytes. */
+static size_t span_purge(mtpi_desc_t *s, bool all, bool *rest) {
   mtpi_span_t *m = span_map(s);
   char *base = (char *)m;
   size_t os = mtp__os_page_size(), n = 0;
+  *rest = false;
   if (os < MTP_UNIT_SIZE || os > MTP_PAGE_SIZE || mtp__region_of_desc(s)->h.huge_pages != 0) return 0;
   unsigned per = (unsigned)(os >> MTP_UNIT_SHIFT); /* units an OS page */
-  for (unsigned i = bit_next(m->free, FIRST, true); i < MTP_SPAN_UNITS;) {
-    unsigned end = bit_next(m->free, i, false);
-    unsigned a = (i + per - 1) / per * per, b = end / per * per;
-    if (b > a && bit_any(m->dirty, a, b - a)) {
-      size_t len = (size_t)(b - a) << MTP_UNIT_SHIFT;
-      if (mtp__os_purge(base + ((size_t)a << MTP_UNIT_SHIFT), len) == 0) {
-        bit_fill(m->dirty, a, b - a, false);
+  uint64_t ok[MTP_SPAN_WORDS];                     /* 1: a unit that may go (clean ones may) */
+  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++)
+    ok[w] = all ? m->free[w] : m->free[w] & (m->aged[w] | ~m->dirty[w]);
+  unsigned from = 0;
+  bool open = false, dirty = false; /* pages [from, u) wholly ok, dirty: some unit of them */
+  for (unsigned u = (FIRST + per - 1) / per * per; u <= MTP_SPAN_UNITS; u += per) {
+    bool whole = u < MTP_SPAN_UNITS && bit_next_before(ok, u, u + per, false) == u + per;
+    if (whole) {
+      if (!open) from = u, open = true, dirty = false;
+      dirty = dirty || bit_any(m->dirty, u, per);
+      continue;
+    }
+    if (u < MTP_SPAN_UNITS && bit_next_before(m->free, u, u + per, false) == u + per)
+      *rest = true; /* wholly free, and dirty units not aged: the next pass's */
+    if (open && dirty) {
+      size_t len = (size_t)(u - from) << MTP_UNIT_SHIFT;
+      if (mtp__os_purge(base + ((size_t)from << MTP_UNIT_SHIFT), len) == 0) {
+        bit_fill(m->dirty, from, u - from, false);
         n += len;
+      } else {
+        *rest = true;
       }
     }
-    i = bit_next(m->free, end, true);
+    open = false;
   }
+  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++) m->aged[w] = m->free[w] & m->dirty[w];
   return n;
 }
 
@@ -272,6 +292,7 @@ static void cut(mtpi_desc_t *s, unsigned f, unsigned n, uint64_t *dirty_out, boo
   bit_fill(m->free, f, n, false);
   bit_fill(m->dirty, f, n, false);
   bit_fill(m->kept, f, n, false);
+  bit_fill(m->aged, f, n, false);
   s->used += n;
 }
 
@@ -408,6 +429,7 @@ void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
   bit_fill(m->dirty, f, n, true);
   m->kept[f >> 6] |= 1ull << (f & 63);
   s->used -= n;
+  if (now_ms > m->last_release_ms) m->last_release_ms = now_ms;
   /* free units to purge, due once the first of them since the last purge is: a span that frees a
    * block now and then is purged all the same */
   if (!s->detached_used || now_ms < s->free_time_ms) s->free_time_ms = now_ms;
@@ -421,7 +443,8 @@ void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
     return;
   }
   /* no delay: purge at once, and an empty span goes */
-  mtp__u64_add_relaxed(&pool->bytes_returned, span_purge(s));
+  bool rest;
+  mtp__u64_add_relaxed(&pool->bytes_returned, span_purge(s, true, &rest));
   s->detached_used = 0;
   if (s->used == 0) span_release(pool, s);
 }
@@ -446,7 +469,7 @@ bool mtp__packed_release(mtpi_pool_t *pool, void *p) {
   return mtp__pool_unlock(pool);
 }
 
-size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t cutoff, bool *left) {
+size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t now, uint64_t cutoff, bool force, bool *left) {
   size_t n = 0;
   for (unsigned b = 0; b < MTP_SPAN_BINS; b++) {
     mtpi_node_t *next;
@@ -461,8 +484,15 @@ size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t cutoff, bool *left) {
         span_release(pool, s); /* its pages are the region layer's to purge */
         continue;
       }
-      if (s->detached_used) n += span_purge(s);
-      s->detached_used = 0;
+      /* every free unit when none was freed within the delay (an idle span), else the aged */
+      bool rest = false;
+      bool all = force || span_map(s)->last_release_ms <= cutoff;
+      if (s->detached_used) n += span_purge(s, all, &rest);
+      s->detached_used = rest; /* the units freed since the last pass: due a delay from now */
+      if (rest) {
+        s->free_time_ms = now;
+        *left = true;
+      }
     }
   }
   return n;
@@ -492,7 +522,8 @@ void mtp__packed_validate(const mtpi_desc_t *s) {
   unsigned used = 0, longest;
   MTP_ASSERT(s->kind == MTP_PAGE_PACKED && s->pages == MTP_SPAN_PAGES);
   MTP_ASSERT(!bit_any(m->free, 0, FIRST) && !bit_any(m->dirty, 0, FIRST) && !bit_any(m->kept, 0, FIRST));
-  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++) MTP_ASSERT((m->kept[w] & ~m->free[w]) == 0);
+  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++)
+    MTP_ASSERT((m->kept[w] & ~m->free[w]) == 0 && (m->aged[w] & ~m->free[w]) == 0);
   for (unsigned i = FIRST; i < MTP_SPAN_UNITS;) {
     if (bit_get(m->free, i)) {
       i++;

@@ -237,10 +237,11 @@ bool mtp__packed_release(mtpi_pool_t *pool, void *p);
 bool mtp__packed_free(void *p, size_t size, bool sized);
 /* Whether p is a packed block handed out in span s; then *usable its usable size. No lock. */
 bool mtp__packed_lookup(const mtpi_desc_t *s, const void *p, size_t *usable);
-/* Pool lock held: spans empty since cutoff go back to their regions; the OS pages wholly in free
- * runs of spans with a release at or before cutoff are given back. *left: set if some wait for a
+/* Pool lock held: spans empty since cutoff go back to their regions; in spans with a release at or
+ * before cutoff, the OS pages wholly in units free since the span's last pass are given back (all
+ * free ones if force), and the span's pass is next due at now. *left: set if some wait for a
  * later pass. Returns the bytes given back. */
-size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t cutoff, bool *left);
+size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t now, uint64_t cutoff, bool force, bool *left);
 /* Pool lock held: fn(arg, block, usable) for each block of span s handed out (not freed); a
  * nonzero return stops the walk and is returned. */
 int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable), void *arg);

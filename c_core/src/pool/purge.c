@@ -69,7 +69,7 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
       cache_drain_locked(p, member_of(it), cutoff, now);
   mtp__pool_release_empty_locked(p, cutoff);
   bool packed_left = false; /* before the regions: an empty span goes back to its region */
-  n += mtp__packed_purge(p, cutoff, &packed_left);
+  n += mtp__packed_purge(p, now, cutoff, force, &packed_left);
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
   mtp__u64_add_relaxed(&p->bytes_returned, n);
   bool large_left = false; /* cached large ranges: counted in bytes_returned by large_ranges.c */
