@@ -8,12 +8,14 @@
  *            description with a new one of a random length in MIN..MAX bytes (--desc, default
  *            100:2000; MIN:MAX:log draws the length log-uniformly, as gen_ldif.py does)
  *
- * Bounded: search and mix stop after SECONDS; every call carries a 30 s network/operation
- * timeout; scan gives up after --timeout seconds. Talks only to the URI given (the script passes
+ * Bounded: search and mix stop after SECONDS, or once OPS operations (all threads together) were
+ * started when --ops is given (equal work for every allocator: what a server holds after a mix
+ * follows how many entries it replaced); every call carries a 30 s network/operation timeout;
+ * scan gives up after --timeout seconds. Talks only to the URI given (the script passes
  * ldap://127.0.0.1:PORT/).
  *
  * usage: ldap_load --uri U --base B --binddn D --pw P --mode scan|search|mix
- *                  [--entries N] [--threads T] [--seconds S] [--timeout S] [--seed X]
+ *                  [--entries N] [--threads T] [--seconds S] [--ops N] [--timeout S] [--seed X]
  *                  [--desc MIN:MAX[:log]]
  * Prints one JSON line; exit status 0 when no operation failed.
  */
@@ -35,7 +37,8 @@ static size_t g_desc_min = 100, g_desc_max = 2000; /* --desc */
 static int g_desc_log;
 static double g_seconds = 5, g_timeout = 300;
 static unsigned long g_seed = 1;
-static atomic_ulong g_ops, g_searches, g_modifies, g_errors;
+static unsigned long g_ops_max; /* --ops: 0 = no bound but the time */
+static atomic_ulong g_ops, g_searches, g_modifies, g_errors, g_started;
 static double g_deadline;
 
 static double now_s(void) {
@@ -162,6 +165,7 @@ static void *worker(void *arg) {
   unsigned long n_ops = 0;
   /* bounded twice: by time and by a generous operation count */
   while (now_s() < g_deadline && n_ops < 100000000UL) {
+    if (g_ops_max && atomic_fetch_add(&g_started, 1) >= g_ops_max) break;
     unsigned long id = rnd(&s) % g_entries;
     n_ops++;
     if (mix && (rnd(&s) & 3) == 0) {
@@ -213,6 +217,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--entries")) g_entries = strtoul(v, NULL, 10);
     else if (!strcmp(k, "--threads")) g_threads = atoi(v);
     else if (!strcmp(k, "--seconds")) g_seconds = atof(v);
+    else if (!strcmp(k, "--ops")) g_ops_max = strtoul(v, NULL, 10);
     else if (!strcmp(k, "--timeout")) g_timeout = atof(v);
     else if (!strcmp(k, "--seed")) g_seed = strtoul(v, NULL, 10);
     else if (!strcmp(k, "--desc")) {
@@ -230,7 +235,7 @@ int main(int argc, char **argv) {
       g_threads <= 0 || g_threads > 64 || g_seconds <= 0 || g_timeout <= 0 ||
       (strcmp(g_mode, "scan") && strcmp(g_mode, "search") && strcmp(g_mode, "mix"))) {
     fprintf(stderr, "usage: %s --uri U --base B --binddn D --pw P --mode scan|search|mix "
-                    "[--entries N] [--threads 1..64] [--seconds S] [--timeout S] [--seed X] "
+                    "[--entries N] [--threads 1..64] [--seconds S] [--ops N] [--timeout S] [--seed X] "
                     "[--desc MIN:MAX[:log]]\n",
             argv[0]);
     return 2;

@@ -53,6 +53,16 @@ def collect(rows, server, key_of):
     return vals
 
 
+def mix_total(rows, directory):
+    """The slapd mix's operations over the runs on one directory: a count, or its range when the
+    runs differ (a run stopped by its time bound); "?" for older rows that did not record it."""
+    v = sorted({d["mix4_total"] for d in rows if d.get("server") == "slapd"
+                and d.get("directory", "small") == directory and d.get("mix4_total") is not None})
+    if not v:
+        return "?"
+    return f"{v[0]:,}" if len(v) == 1 else f"{v[0]:,}-{v[-1]:,}"
+
+
 def cell(vals, key, ref_key, m, scale=1.0):
     v = vals.get((key, m))
     if not v:
@@ -107,7 +117,8 @@ def main():
             [c[1] for c in SLAPD_COLS], trows,
             "Searches: equality on uid (indexed), one connection per client thread, every attribute "
             f"returned. The mix: one operation in four replaces a description with one of a random "
-            f"length ({DIRS[dr]}). RssAnon: the server's anonymous resident memory after one "
+            f"length ({DIRS[dr]}), {mix_total(rows, dr)} operations in all for every allocator (its "
+            "ops/s: that count over the time it took). RssAnon: the server's anonymous resident memory after one "
             "subtree search returned every entry, at the end of the mix, and after 1 s more with "
             "no requests (back-mdb's mapped database file is not in it)."))
 

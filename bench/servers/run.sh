@@ -10,7 +10,9 @@
 #   SRV_ALLOCS     allocators, e.g. "glibc mtpool mimalloc"; SRV_LIB_<name> = the library to
 #                  preload (empty for glibc)
 #   SRV_REPS       repetitions (interleaved: repetition is the outer loop)
-#   SRV_ENTRIES    slapd directory size;  SRV_SECONDS  seconds per slapd load phase
+#   SRV_ENTRIES    slapd directory size;  SRV_SECONDS  seconds per slapd search phase
+#   SRV_MIX_OPS, SRV_LARGE_MIX_OPS  operations of the slapd mix on the small and large
+#                  directories (default 0.4 and 6 per entry; the same for every allocator)
 #   SRV_SLAPD_DIRS "small large": the directories slapd serves, each in runs of its own: small,
 #                  SRV_ENTRIES entries with descriptions of 100..2,000 bytes (uniform); large,
 #                  SRV_LARGE_ENTRIES entries with descriptions of 1 KiB..1 MiB (log-uniform)
@@ -127,6 +129,12 @@ mapped_ok() {
 # A directory's size and description lengths (gen_ldif.py's and ldap_load's --desc).
 dir_entries() { if [ "$1" = large ]; then echo "$SRV_LARGE_ENTRIES"; else echo "$SRV_ENTRIES"; fi; }
 dir_desc() { if [ "$1" = large ]; then echo 1024:1048576:log; else echo 100:2000; fi; }
+# The mix's operations, the same for every allocator (about SRV_SECONDS of glibc's pace on the
+# 2-core reference machine): the memory a server holds after it follows the entries replaced.
+dir_mix_ops() {
+  if [ "$1" = large ]; then echo "${SRV_LARGE_MIX_OPS:-$((SRV_LARGE_ENTRIES * 6))}"
+  else echo "${SRV_MIX_OPS:-$((SRV_ENTRIES * 2 / 5))}"; fi
+}
 
 # slapd_prepare DIR: the configuration (once) and DIR's pristine database, loaded by slapadd.
 slapd_prepare() {
@@ -197,7 +205,9 @@ slapd_run() {
   fi
   [ $ok = 1 ] && { s1=$(ldap_load "$dir" --mode search --threads 1 --seconds "$SRV_SECONDS") || { err="search 1 failed: $s1"; ok=0; }; }
   [ $ok = 1 ] && { s4=$(ldap_load "$dir" --mode search --threads 4 --seconds "$SRV_SECONDS") || { err="search 4 failed: $s4"; ok=0; }; }
-  [ $ok = 1 ] && { mix=$(ldap_load "$dir" --mode mix --threads 4 --seconds "$SRV_SECONDS") || { err="mix failed: $mix"; ok=0; }; }
+  # a fixed count of operations, bounded by 8x the phase's time all the same
+  [ $ok = 1 ] && { mix=$(ldap_load "$dir" --mode mix --threads 4 --ops "$(dir_mix_ops "$dir")" \
+                         --seconds "$((SRV_SECONDS * 8))") || { err="mix failed: $mix"; ok=0; }; }
   [ $ok = 1 ] && { rss_end=$(status_kb "$pid" RssAnon); flt=$(minflt_of "$pid"); huge=$(smaps_kb "$pid" AnonHugePages); }
   # and once the server has been idle for 1 s: what an allocator that decays keeps
   [ $ok = 1 ] && { sleep 1; rss_later=$(status_kb "$pid" RssAnon); }
@@ -229,6 +239,7 @@ print(json.dumps({
     "scan_entries": scan.get("entries") if scan else None,
     "search1_ops": ops(s1), "search4_ops": ops(s4), "mix4_ops": ops(mix),
     "mix4_modifies": mix.get("modifies") if mix else None,
+    "mix4_total": mix.get("ops") if mix else None,
     "error": a[9] or None}))
 EOF
   [ $ok = 1 ] && [ "$stopped" = true ]
