@@ -519,7 +519,7 @@ int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable
 
 void mtp__packed_validate(const mtpi_desc_t *s) {
   const mtpi_span_t *m = span_map(s);
-  unsigned used = 0, longest;
+  unsigned used = 0, longest = 0; /* run_find sets it: no run holds a whole span */
   MTP_ASSERT(s->kind == MTP_PAGE_PACKED && s->pages == MTP_SPAN_PAGES);
   MTP_ASSERT(!bit_any(m->free, 0, FIRST) && !bit_any(m->dirty, 0, FIRST) && !bit_any(m->kept, 0, FIRST));
   for (unsigned w = 0; w < MTP_SPAN_WORDS; w++)
