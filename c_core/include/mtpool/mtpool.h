@@ -64,7 +64,8 @@ typedef struct mtp_options {
    * Default pool: "default" (MTPOOL_NAME). */
   const char *name;
   /* Milliseconds an empty slab stays resident before its pages are returned to the OS (a freed
-   * medium block of whole 64 KiB pages or large block's pages: a tenth of it). Default 250; range 0 (return at once) ..
+   * medium block of whole 64 KiB pages or large block's pages: a tenth of it; the units of a
+   * packed span still in use: up to twice it). Default 250; range 0 (return at once) ..
    * 3600000; -1: never by itself, only mtp_pool_trim.
    * (MTPOOL_PURGE_DELAY_MS) */
   long purge_delay_ms;
