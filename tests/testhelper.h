@@ -151,14 +151,17 @@ static inline char *th_opaque_ptr(void *p) {
 }
 
 /* ---- memory of this process ------------------------------------------------------------------ */
-/* Resident set size in bytes (from /proc/self/statm; 0 if unreadable). */
-/* Slack for a bar on th_rss under a user-mode emulator (MTP_TEST_EMULATOR, below): the RSS is the
- * emulator's, whose translated code grows as the test runs (a trim on aarch64 under qemu-user left
- * 8,196 KiB above the base with 768 KiB reserved). 0 natively. */
-static inline size_t th_rss_slack(void) {
+/* The user-mode emulator cross-built tests run under (MTP_TEST_EMULATOR, see mtp_test_exec_self),
+ * or NULL natively. */
+static inline const char *th_emulator(void) {
   const char *emu = getenv("MTP_TEST_EMULATOR");
-  return emu != NULL && *emu != 0 ? (size_t)16 << 20 : 0;
+  return emu != NULL && *emu != 0 ? emu : NULL;
 }
+/* Slack for a bar on th_rss under an emulator: the RSS is the emulator's, whose translated code
+ * grows as the test runs (a trim on aarch64 under qemu-user left 8,196 KiB above the base with
+ * 768 KiB reserved). 0 natively. */
+static inline size_t th_rss_slack(void) { return th_emulator() != NULL ? (size_t)16 << 20 : 0; }
+/* Resident set size in bytes (from /proc/self/statm; 0 if unreadable). */
 static inline size_t th_rss(void) {
   FILE *f = fopen("/proc/self/statm", "r");
   if (!f) return 0;
@@ -329,8 +332,8 @@ static inline int th_tmpfile(void) {
  * its words are split at spaces. argv is NULL-terminated, argv[0] included; returns only on
  * failure (errno set). */
 static inline void mtp_test_exec_self(char *const argv[]) {
-  const char *emu = getenv("MTP_TEST_EMULATOR");
-  if (emu == NULL || *emu == 0) {
+  const char *emu = th_emulator();
+  if (emu == NULL) {
     execv("/proc/self/exe", argv);
     return;
   }

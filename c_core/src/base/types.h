@@ -202,7 +202,7 @@ enum {
 #define MTP_SPAN_WORDS (MTP_SPAN_UNITS / 64)
 /* A block's entry (at its first unit) while it is freed: in a thread's cache, or its units free. */
 #define MTP_SPAN_FREED ((uint16_t)0x8000)
-/* Under the pool lock: free, dirty, kept. ent: written by the pool lock's holder when a block is
+/* Under the pool lock: free, dirty, kept, aged, last_release_ms. ent: written by the pool lock's holder when a block is
  * cut (its first unit's entry = its length in units; kept entries inside it cleared to 0), by
  * the free that claims it (a CAS that sets MTP_SPAN_FREED, acq_rel, from any thread, without the
  * lock: of two frees one wins) and by the thread whose cache hands the claimed block out again
@@ -217,7 +217,7 @@ typedef struct mtpi_span {
   uint64_t dirty[MTP_SPAN_WORDS]; /* 1: free unit that may hold old bytes (not known zero) */
   uint64_t kept[MTP_SPAN_WORDS];  /* 1: free unit whose entry a released block left (FREED) */
   uint64_t aged[MTP_SPAN_WORDS];  /* 1: free unit, dirty at the span's last purge pass */
-  uint64_t last_release_ms;       /* when a block last went back to the span */
+  uint64_t last_release_ms;       /* the latest free time of a block released to the span */
   _Atomic(uint16_t) ent[MTP_SPAN_UNITS];
 } mtpi_span_t;
 #define MTP_SPAN_META_UNITS ((sizeof(mtpi_span_t) + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT)

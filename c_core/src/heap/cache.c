@@ -137,24 +137,7 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
   }
   back->n = 0;
   back->at = NULL;
-  if (best != MTP_PACKED_CACHED && m->pk_units[best] <= most) {
-    p = m->pk[best];
-    mtp__cache_pk_remove(m, best);
-  } else if (best != MTP_PACKED_CACHED && (rest = mtp__packed_split(m->pk[best], n)) != NULL) {
-    /* a miss, with one longer by a packed block at least: its first units are handed out, the
-     * rest stays cached in its place (its age kept), no lock taken */
-    p = m->pk[best];
-    m->pk[best] = rest;
-    m->pk_units[best] = (uint16_t)(m->pk_units[best] - n);
-    m->pk_bytes -= (size_t)n << MTP_UNIT_SHIFT;
-  } else if (best != MTP_PACKED_CACHED) {
-    /* a miss, with a longer one: the request is cut at its place (its units are resident, no
-     * span is searched), the others stay */
-    back->at = back->p[0] = m->pk[best];
-    back->time[0] = m->pk_time[best];
-    back->n = 1;
-    mtp__cache_pk_remove(m, best);
-  } else {
+  if (best == MTP_PACKED_CACHED) {
     /* a miss, none long enough: all but the newest go back, so that the cut reuses their
      * resident units rather than fault in untouched ones (bench/results/notes.md: packed
      * blocks) */
@@ -167,6 +150,23 @@ void *mtp__cache_packed_alloc(mtpi_member_t *m, size_t size, bool zero, mtpi_pk_
       back->time[back->n++] = m->pk_time[i];
       mtp__cache_pk_remove(m, i);
     }
+  } else if (m->pk_units[best] <= most) { /* a hit */
+    p = m->pk[best];
+    mtp__cache_pk_remove(m, best);
+  } else if ((rest = mtp__packed_split(m->pk[best], n)) != NULL) {
+    /* a miss, with one longer by a packed block at least: its first units are handed out, the
+     * rest stays cached in its place (its age kept), no lock taken */
+    p = m->pk[best];
+    m->pk[best] = rest;
+    m->pk_units[best] = (uint16_t)(m->pk_units[best] - n);
+    m->pk_bytes -= (size_t)n << MTP_UNIT_SHIFT;
+  } else {
+    /* a miss, with one longer by less: the request is cut at its place (its units are resident,
+     * no span is searched), the others stay */
+    back->at = back->p[0] = m->pk[best];
+    back->time[0] = m->pk_time[best];
+    back->n = 1;
+    mtp__cache_pk_remove(m, best);
   }
   mtp__cache_unlock(m);
   if (p == NULL) return NULL;

@@ -99,6 +99,11 @@ static void bit_fill(uint64_t *w, unsigned i, unsigned n, bool one) {
   }
 }
 
+/* Every bit of [i, i + n) set? */
+static bool bit_all(const uint64_t *w, unsigned i, unsigned n) {
+  return bit_next_before(w, i, i + n, false) == i + n;
+}
+
 /* Any bit set in [i, i + n)? */
 static bool bit_any(const uint64_t *w, unsigned i, unsigned n) {
   return n != 0 && bit_next_before(w, i, i + n, true) < i + n;
@@ -213,10 +218,9 @@ static void span_release(mtpi_pool_t *pool, mtpi_desc_t *s) {
 /* Pool lock held: give back the OS pages of s that lie wholly in free units and may be resident:
  * those whose dirty units were all free at the span's last pass (aged: free since then, so the
  * freshly freed units a busy span reuses stay), or every free one if all (no release since the
- * cutoff, or a trim). The free units still
- * dirty are the next pass's; *rest: some OS page among them. Not in a region advised for huge
- * pages: one huge page backs the span's pages in use too, and the region purges a huge range only
- * once all of it is free (region.h). Returns the bytes. */
+ * cutoff, or a trim). The free units still dirty are the next pass's; *rest: some OS page among
+ * them. Not in a region advised for huge pages: one huge page backs the span's pages in use too,
+ * and the region purges a huge range only once all of it is free (region.h). Returns the bytes. */
 static size_t span_purge(mtpi_desc_t *s, bool all, bool *rest) {
   mtpi_span_t *m = span_map(s);
   char *base = (char *)m;
@@ -230,13 +234,13 @@ static size_t span_purge(mtpi_desc_t *s, bool all, bool *rest) {
   unsigned from = 0;
   bool open = false, dirty = false; /* pages [from, u) wholly ok, dirty: some unit of them */
   for (unsigned u = (FIRST + per - 1) / per * per; u <= MTP_SPAN_UNITS; u += per) {
-    bool whole = u < MTP_SPAN_UNITS && bit_next_before(ok, u, u + per, false) == u + per;
+    bool whole = u < MTP_SPAN_UNITS && bit_all(ok, u, per);
     if (whole) {
       if (!open) from = u, open = true, dirty = false;
       dirty = dirty || bit_any(m->dirty, u, per);
       continue;
     }
-    if (u < MTP_SPAN_UNITS && bit_next_before(m->free, u, u + per, false) == u + per)
+    if (u < MTP_SPAN_UNITS && bit_all(m->free, u, per))
       *rest = true; /* wholly free, and dirty units not aged: the next pass's */
     if (open && dirty) {
       size_t len = (size_t)(u - from) << MTP_UNIT_SHIFT;
