@@ -1,4 +1,4 @@
-/* Medium blocks of whole pages (above 32 KiB, up to MTP_MEDIUM_MAX; sizes that whole pages fit,
+/* Medium blocks of whole pages (above 32 KiB, up to MTP_MEDIUM_MAX; sizes of whole pages,
  * page-aligned requests and blocks realloc moves): spans of 64 KiB pages of the pool's regions
  * (c_core/src/pool/medium.c). Sizes, alignment and usable size; statistics and the heap walk; a
  * freed span's pages reused by a small class with no new region; a freed span kept by its
@@ -145,11 +145,11 @@ static void test_calloc(void) {
   /* the same pages again, resident and dirty (once another span was freed last): cleared */
   void *other = span_alloc(p, n);
   mtp_free(other);
-  unsigned char *b = mtp_pool_calloc(p, n / 1000, 1000);
+  unsigned char *b = mtp_pool_calloc(p, n / PAGE, PAGE);
   REQUIRE(b != NULL, "calloc");
   CHECK(b == a);
-  CHECK(all_zero(b, n / 1000 * 1000));
-  memset(b, 0xCD, n / 1000 * 1000);
+  CHECK(all_zero(b, n));
+  memset(b, 0xCD, n);
   mtp_free(b);
   /* purged pages are zero again */
   mtp_pool_trim(p);
@@ -161,8 +161,8 @@ static void test_calloc(void) {
   b = span_alloc(p, n);
   memset(b, 0xEE, n);
   mtp_free(b);
-  b = mtp_pool_calloc(p, 1, 2 * PAGE - KiB);
-  CHECK(all_zero(b, 2 * PAGE - KiB));
+  b = mtp_pool_calloc(p, 2, PAGE);
+  CHECK(all_zero(b, 2 * PAGE));
   mtp_free(b);
   CHECK(g_errs == 0);
   mtp_pool_destroy(p);
@@ -398,9 +398,9 @@ static void test_thread_cache(void) {
   CHECK(c2 != c);
   memset(c2, 3, 200 * KiB);
   mtp_free(c2);
-  unsigned char *z = mtp_pool_calloc(p, 1, 4 * PAGE - KiB); /* a size whole pages fit */
+  unsigned char *z = mtp_pool_calloc(p, 4, PAGE); /* whole pages: a run */
   CHECK(z == (unsigned char *)c);
-  CHECK(all_zero(z, 4 * PAGE - KiB));
+  CHECK(all_zero(z, 4 * PAGE));
   mtp_free(z);
   /* a write after free into a cached span's start is reported when it is handed out again */
   check_write_after_free(p, c, 200 * KiB, 1);

@@ -16,7 +16,7 @@
 #include "testhelper.h"
 
 #define KiB ((size_t)1 << 10)
-#define BLOCK (100 * KiB) /* packed: 2 whole 64 KiB pages would waste more than a 64th */
+#define BLOCK (100 * KiB) /* packed: not whole 64 KiB pages */
 
 /* Resident bytes of the OS pages that lie wholly in [p, p + n). */
 static size_t resident_inside(void *p, size_t n) {

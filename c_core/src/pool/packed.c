@@ -1,5 +1,5 @@
-/* Packed medium blocks: a medium request that whole 64 KiB pages would round up by more than a
- * 64th of it (mtp__packed_fits) gets units of 512 bytes in a packed span, a run of MTP_SPAN_PAGES
+/* Packed medium blocks: a medium request that is not whole 64 KiB pages (mtp__packed_fits) gets
+ * units of 512 bytes in a packed span, a run of MTP_SPAN_PAGES
  * pages of the pool's regions cut into MTP_SPAN_UNITS units; several blocks share a page, so a
  * block of 65,544 bytes holds 66,048, not 131,072. Layer: pool.
  *

@@ -192,11 +192,11 @@ bool mtp__medium_resize(void *p, size_t size, bool *due);
 static inline size_t mtp__medium_usable(const mtpi_desc_t *s) { return (size_t)s->pages << MTP_PAGE_SHIFT; }
 
 /* ---- packed medium blocks (packed.c: units of packed spans; rules there) ---- */
-/* Whether a medium request of size bytes is packed: whole pages would round it up by more than a
- * 64th (64, 128, 192 and 256 KiB, give or take, stay runs of whole pages). */
+/* Whether a medium request of size bytes is packed: all but whole pages (64, 128, 192 and 256
+ * KiB stay runs). A size just under whole pages packed too: a run of its own would leave holes
+ * between spans that few later requests fill (their huge ranges split, bench/results/notes.md). */
 static inline bool mtp__packed_fits(size_t size) {
-  size_t whole = (size + MTP_PAGE_SIZE - 1) & ~(MTP_PAGE_SIZE - 1);
-  return size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX && whole - size > (size >> 6);
+  return size > MTP_MAX_SMALL && size <= MTP_MEDIUM_MAX && (size & (MTP_PAGE_SIZE - 1)) != 0;
 }
 /* Freed packed blocks that a thread's cache gives back to their spans, and when each was freed;
  * at: one of them with units enough for the request, or NULL. */
