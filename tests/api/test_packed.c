@@ -1,7 +1,7 @@
-/* Packed medium blocks (c_core/src/pool/packed.c): a medium request that whole 64 KiB pages would
- * round up (every size but whole pages) gets 512-byte units of a packed span, several blocks to
- * a page. Fit (usable size within 512 bytes of the request; whole pages exact), alignment, blocks that share
- * pages without overlapping, statistics and the heap walk; the thread's cache (the block freed
+/* Packed medium blocks (c_core/src/pool/packed.c): a medium request of any size but whole 64 KiB
+ * pages gets 512-byte units of a packed span, several blocks to a page. Fit (usable size within
+ * 512 bytes of the request; whole pages a run, exact), alignment, blocks that share pages without
+ * overlapping, statistics and the heap walk; the thread's cache (the block freed
  * last is not handed back next, a shorter one never, a longer one split or cut at its place; a
  * write after free reported); calloc (zero, untouched units not
  * faulted in); realloc; the exact reports of misuse; free units purged inside a live span after
@@ -69,6 +69,15 @@ static void test_fit(void) {
     if ((double)u / (double)n > worst) worst = (double)u / (double)n, worst_n = n;
     CHECK(mtp_pool_of(b) == p);
     mtp_free(b);
+  }
+  /* whole pages are a run; a size just under them is packed (a run would leave a hole) */
+  for (size_t k = 1; k * PAGE <= MTP_MEDIUM_MAX; k++) {
+    char *w = mtp_pool_alloc(p, k * PAGE), *u = mtp_pool_alloc(p, k * PAGE - 1000);
+    REQUIRE(w != NULL && u != NULL, "alloc");
+    CHECK(mtp_usable_size(w) == k * PAGE && ((uintptr_t)w & (PAGE - 1)) == 0);
+    CHECK_EQ_SZ(mtp_usable_size(u), units_of(k * PAGE - 1000));
+    mtp_free(w);
+    mtp_free(u);
   }
   printf("worst fit from 32 KiB to 256 KiB: %.4f at %zu bytes\n", worst, worst_n);
   CHECK(worst <= 1.0157);
@@ -343,13 +352,13 @@ static void test_misuse(void) {
   g_errs = 0;
 }
 
-/* Free units of a live span go back to the OS once the delay passed; blocks cached by the
- * freeing thread are given back to their span first. */
 static void *alloc_free_one(void *pool) {
   mtp_free(mtp_pool_alloc(pool, 100));
   return NULL;
 }
 
+/* Free units of a live span go back to the OS once the delay passed; blocks cached by the
+ * freeing thread are given back to their span first. */
 static void test_purge(void) {
   mtp_pool_t *p = th_pool("packed", 100, 0);
   char *a = mtp_pool_alloc(p, 100 * KiB), *b = mtp_pool_alloc(p, 100 * KiB + 8);
