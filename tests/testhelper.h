@@ -181,6 +181,12 @@ static inline size_t th_resident(void *p, size_t n) {
   free(v);
   return r * page;
 }
+/* Resident bytes of the OS pages that lie wholly in [p, p + n) (p any address). */
+static inline size_t th_resident_inside(void *p, size_t n) {
+  uintptr_t os = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)p + os - 1) / os * os, b = ((uintptr_t)p + n) / os * os;
+  return b > a ? th_resident((void *)a, b - a) : 0;
+}
 
 /* A "Name: <n> kB" field of /proc/self/status (VmSize, VmRSS, ...), in kB; -1 if absent. */
 static inline long th_status_kb(const char *field) {

@@ -1,13 +1,12 @@
 /* Packed medium blocks (c_core/src/pool/packed.c): a medium request of any size but whole 64 KiB
  * pages gets 512-byte units of a packed span, several blocks to a page. Fit (usable size within
  * 512 bytes of the request; whole pages a run, exact), alignment, blocks that share pages without
- * overlapping, statistics and the heap walk; the thread's cache (the block freed
- * last is not handed back next, a shorter one never, a longer one split or cut at its place; a
- * write after free reported); calloc (zero, untouched units not
- * faulted in); realloc; the exact reports of misuse; free units purged inside a live span after
- * the delay, and empty spans given back by trim; threads that free each other's blocks and exit
- * with blocks cached (for TSan); a random churn (MTPOOL_DEBUG=2 builds validate every span's map
- * at every operation); fork. */
+ * overlapping, statistics and the heap walk; the thread's cache (the block freed last is not
+ * handed back next, a shorter one never, a longer one split or cut at its place; a write after
+ * free reported); calloc (zero, untouched units not faulted in); realloc; the exact reports of
+ * misuse; free units purged inside a live span after the delay, and empty spans given back by
+ * trim; threads that free each other's blocks and exit with blocks cached (for TSan); a random
+ * churn (MTPOOL_DEBUG=2 builds validate every span's map at every operation); fork. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -43,13 +42,6 @@ static bool packed(size_t n) {
 }
 
 static size_t units_of(size_t n) { return (n + UNIT - 1) / UNIT * UNIT; }
-
-/* Resident bytes of the OS pages that lie wholly in [p, p + n). */
-static size_t resident_inside(void *p, size_t n) {
-  uintptr_t os = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t a = ((uintptr_t)p + os - 1) / os * os, b = ((uintptr_t)p + n) / os * os;
-  return b > a ? th_resident((void *)a, b - a) : 0;
-}
 
 static void test_fit(void) {
   mtp_pool_t *p = th_pool("packed", 60000, 0);
@@ -212,7 +204,7 @@ static void test_calloc(void) {
   /* never-touched units: zero, and not written (the OS pages inside the block not faulted in) */
   unsigned char *a = mtp_pool_calloc(p, 1, n);
   REQUIRE(a != NULL, "calloc");
-  if (!TH_SANITIZED) CHECK(resident_inside(a + 8 * KiB, 128 * KiB) == 0);
+  if (!TH_SANITIZED) CHECK(th_resident_inside(a + 8 * KiB, 128 * KiB) == 0);
   CHECK(all_zero(a, n));
   memset(a, 0xAB, n);
   mtp_free(a);
@@ -378,7 +370,7 @@ static void test_purge(void) {
   while (th_stats(p).bytes_returned < before + 96 * KiB && th_now() - t0 < 5.0) usleep(10000);
   CHECK(th_stats(p).bytes_returned >= before + 96 * KiB);
   /* its whole OS pages are not resident any more; its neighbours kept their bytes */
-  CHECK(resident_inside(b, 100 * KiB) == 0);
+  CHECK(th_resident_inside(b, 100 * KiB) == 0);
   CHECK(a[100 * KiB - 1] == 1 && c[0] == 3);
   mtp_free(a);
   mtp_free(c);

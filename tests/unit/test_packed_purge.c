@@ -18,13 +18,6 @@
 #define KiB ((size_t)1 << 10)
 #define BLOCK (100 * KiB) /* packed: not whole 64 KiB pages */
 
-/* Resident bytes of the OS pages that lie wholly in [p, p + n). */
-static size_t resident_inside(void *p, size_t n) {
-  uintptr_t os = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t a = ((uintptr_t)p + os - 1) / os * os, b = ((uintptr_t)p + n) / os * os;
-  return b > a ? th_resident((void *)a, b - a) : 0;
-}
-
 /* One pass over p's spans at now with the cutoff given (not forced). Returns the bytes purged;
  * *left: whether a later pass has something due. */
 static size_t pass(mtp_pool_t *p, uint64_t now, uint64_t cutoff, bool *left) {
@@ -74,12 +67,12 @@ static void test_aged(void) {
   uint64_t now1 = after(mtp__os_now_ms());
   CHECK_EQ_SZ(pass(p, now1, t0 - 1, &left), 0);
   CHECK(left);
-  CHECK(resident_inside(b[1], BLOCK) > 0 && resident_inside(b[3], BLOCK) > 0);
+  CHECK(th_resident_inside(b[1], BLOCK) > 0 && th_resident_inside(b[3], BLOCK) > 0);
   /* due (its first release at or before the cutoff) and busy (b[3] after it): neither block was
    * free at a previous pass, so neither goes; both are aged for the next, due from now1 */
   CHECK_EQ_SZ(pass(p, now1, t1, &left), 0);
   CHECK(left);
-  CHECK(resident_inside(b[1], BLOCK) > 0 && resident_inside(b[3], BLOCK) > 0);
+  CHECK(th_resident_inside(b[1], BLOCK) > 0 && th_resident_inside(b[3], BLOCK) > 0);
   /* before that pass's time plus the delay: not due */
   uint64_t t4 = after(now1);
   mtp_free(b[4]);
@@ -89,15 +82,15 @@ static void test_aged(void) {
   size_t n = pass(p, now2, now1, &left);
   CHECK(n >= 2 * (BLOCK - 2 * (size_t)sysconf(_SC_PAGESIZE)));
   CHECK(left);
-  CHECK_EQ_SZ(resident_inside(b[1], BLOCK), 0);
-  CHECK_EQ_SZ(resident_inside(b[3], BLOCK), 0);
-  CHECK(resident_inside(b[4], BLOCK) > 0);
+  CHECK_EQ_SZ(th_resident_inside(b[1], BLOCK), 0);
+  CHECK_EQ_SZ(th_resident_inside(b[3], BLOCK), 0);
+  CHECK(th_resident_inside(b[4], BLOCK) > 0);
   /* the blocks in use kept their bytes */
   CHECK(b[0][BLOCK - 1] == 1 && b[2][0] == 3 && b[2][BLOCK - 1] == 3);
   /* idle (no release since the cutoff): every free page goes, b[4]'s too */
   uint64_t now3 = after(now2);
   CHECK(pass(p, now3, now3, &left) > 0);
-  CHECK_EQ_SZ(resident_inside(b[4], BLOCK), 0);
+  CHECK_EQ_SZ(th_resident_inside(b[4], BLOCK), 0);
   CHECK(!left);
   CHECK(b[0][0] == 1 && b[2][BLOCK - 1] == 3);
   mtp_free(b[0]);

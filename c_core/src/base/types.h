@@ -202,16 +202,16 @@ enum {
 #define MTP_SPAN_WORDS (MTP_SPAN_UNITS / 64)
 /* A block's entry (at its first unit) while it is freed: in a thread's cache, or its units free. */
 #define MTP_SPAN_FREED ((uint16_t)0x8000)
-/* Under the pool lock: free, dirty, kept, aged, last_release_ms. ent: written by the pool lock's holder when a block is
- * cut (its first unit's entry = its length in units; kept entries inside it cleared to 0), by
- * the free that claims it (a CAS that sets MTP_SPAN_FREED, acq_rel, from any thread, without the
- * lock: of two frees one wins) and by the thread whose cache hands the claimed block out again
- * (a relaxed store clearing FREED: the block is that thread's alone, and its next free is
- * ordered after it by the program's hand-over of the pointer) or splits it in two (the rest's
- * entry, relaxed, then the first part's shorter length, release: the heap walk and the
- * validator read entries with acquire, so a shorter length is followed by the rest's entry);
- * read by lookups without the lock (relaxed: a block's entry is fixed while it is handed out).
- * The cut's stores are relaxed: the pool unlock and the hand-over of the pointer publish them. */
+/* Under the pool lock: free, dirty, kept, aged, last_release_ms. ent: written by the pool lock's
+ * holder when a block is cut (its first unit's entry = its length in units; kept entries inside it
+ * cleared to 0), by the free that claims it (a CAS that sets MTP_SPAN_FREED, acq_rel, from any
+ * thread, without the lock: of two frees one wins) and by the thread whose cache hands the claimed
+ * block out again (a relaxed store clearing FREED: the block is that thread's alone, and its next
+ * free is ordered after it by the program's hand-over of the pointer) or splits it in two (the
+ * rest's entry, relaxed, then the first part's shorter length, release: the heap walk and the
+ * validator read entries with acquire, so a shorter length is followed by the rest's entry); read
+ * by lookups without the lock (relaxed: a block's entry is fixed while it is handed out). The cut's
+ * stores are relaxed: the pool unlock and the hand-over of the pointer publish them. */
 typedef struct mtpi_span {
   uint64_t free[MTP_SPAN_WORDS];  /* 1: unit free */
   uint64_t dirty[MTP_SPAN_WORDS]; /* 1: free unit that may hold old bytes (not known zero) */

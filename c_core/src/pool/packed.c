@@ -1,7 +1,7 @@
 /* Packed medium blocks: a medium request that is not whole 64 KiB pages (mtp__packed_fits) gets
- * units of 512 bytes in a packed span, a run of MTP_SPAN_PAGES
- * pages of the pool's regions cut into MTP_SPAN_UNITS units; several blocks share a page, so a
- * block of 65,544 bytes holds 66,048, not 131,072. Layer: pool.
+ * units of 512 bytes in a packed span, a run of MTP_SPAN_PAGES pages of the pool's regions cut
+ * into MTP_SPAN_UNITS units; several blocks share a page, so a block of 65,544 bytes holds
+ * 66,048, not 131,072. Layer: pool.
  *
  * A span's map (mtpi_span_t, types.h) lies in its first MTP_SPAN_META_UNITS units: which units
  * are free, which free units may hold old bytes (dirty), and an entry per unit, at a block's
