@@ -55,7 +55,7 @@ void mtp__options_sanitize(mtp_options_t *opt);
  * huge once its regions hold MTP_HUGE_AUTO_BYTES of pages in use or dirty (the default), 0 = never
  * huge, 1 = huge, system = no advice (the system's THP setting decides). */
 enum { MTP_HUGE_SYSTEM = 0, MTP_HUGE_NEVER, MTP_HUGE_ALWAYS, MTP_HUGE_AUTO };
-#define MTP_HUGE_AUTO_BYTES ((size_t)32 << 20)
+#define MTP_HUGE_AUTO_BYTES ((size_t)8 << 20)
 /* auto, for the large blocks' reserve: huge once a pool's large blocks take this (pool/large_ranges.c) */
 #define MTP_HUGE_AUTO_LARGE_BYTES ((size_t)8 << 20)
 int mtp__hugepages_parse(const char *v); /* MTP_HUGE_*; -1 for a value it does not know */
