@@ -148,12 +148,13 @@ int mtp__os_lock_init(pthread_mutex_t *m) {
 uint64_t mtp__os_now_ms(void) {
   struct timespec ts;
   /* The coarse clock where there is one: a load from the vDSO's page rather than a counter read
-   * (frees of medium blocks stamp their time); its tick, 1-4 ms, is well under every delay timed. */
-#ifdef CLOCK_MONOTONIC_COARSE
-  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0)
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+   * (frees of medium blocks stamp their time); it ticks every 1-4 ms, so a purge may come that
+   * much late. */
+#ifndef CLOCK_MONOTONIC_COARSE
+#define CLOCK_MONOTONIC_COARSE CLOCK_MONOTONIC
 #endif
-  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0; /* cannot fail for CLOCK_MONOTONIC */
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0 && clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+    return 0; /* cannot fail for CLOCK_MONOTONIC */
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
