@@ -265,7 +265,7 @@ static void judged_block(size_t written, bool huge) {
   for (size_t at = 0; at < written; at += 65536) memset(b + at, 9, written - at < 65536 ? written - at : 65536);
   CHECK(((uintptr_t)b & (mtp__os_huge_page_size() - 1)) == 0); /* mremap may not keep it so */
   /* grown by mremap (the pool caches nothing to grow into) while it may still wait for a pass:
-   * judged on, at its new address */
+   * judged on at its new address, or (written whole) advised huge by the growth itself */
   b = mtp_realloc(b, SIZE + SIZE / 2);
   REQUIRE(b != NULL, "the block grown to 24 MiB");
   CHECK(b[written - 1] == 9);
@@ -283,6 +283,35 @@ static void judged_block(size_t written, bool huge) {
   printf("  16 MiB block, %zu bytes written: judged after %.2f s, VmFlags:%s", written, th_now() - t0, flags);
   CHECK_EQ_SZ(judging, 0);
   CHECK(huge ? has_flag(flags, "hg") : !has_flag(flags, "hg"));
+  mtp_pool_destroy(p);
+}
+
+/* A block that realloc grows past a huge page, its new part written each time (whole, or its
+ * first byte only): where huge pages are due its range moves to an address aligned to the huge
+ * page size and is advised huge, so that its new tail faults in huge pages; else not. */
+static void grown_block(bool whole, bool huge) {
+  enum { STEP = 64 << 10, TOP = 6 << 20 };
+  mtp_pool_t *p = th_pool("huge-grown", 60000, 0);
+  char *b = mtp_pool_alloc(p, STEP);
+  REQUIRE(b != NULL, "a block to grow");
+  memset(b, 5, STEP);
+  for (size_t n = 2 * STEP; n <= TOP; n += STEP) {
+    b = mtp_realloc(b, n);
+    REQUIRE(b != NULL, "the block grown");
+    if (whole)
+      memset(b + n - STEP, 5, STEP);
+    else
+      b[n - STEP] = 5;
+  }
+  char flags[512] = "";
+  long ahp;
+  REQUIRE(smaps_of(b, flags, sizeof flags, &ahp) == 0, "the block's smaps entry");
+  printf("  block grown to %d MiB, %s written: %p VmFlags:%s", TOP >> 20, whole ? "whole" : "a byte a step",
+         (void *)b, flags);
+  CHECK(b[0] == 5 && b[TOP - STEP] == 5);
+  CHECK(huge ? has_flag(flags, "hg") : !has_flag(flags, "hg"));
+  if (huge) CHECK(((uintptr_t)b & (mtp__os_huge_page_size() - 1)) == 0);
+  mtp_free(b);
   mtp_pool_destroy(p);
 }
 
@@ -312,7 +341,9 @@ static void test_large_reserve(void) {
     CHECK(!has_flag(first, "nh") && !has_flag(first, "hg") && !has_flag(last, "hg"));
   }
   mtp_pool_destroy(p);
+  grown_block(true, mode == MTP_HUGE_ALWAYS || mode == MTP_HUGE_AUTO);
   if (mode != MTP_HUGE_AUTO) return;
+  grown_block(false, false);
   /* a page written of each 1 MiB block: a huge page would fault in 2 MiB for 4 KiB */
   p = th_pool("huge-large-sparse", 60000, 0);
   large_round(p, 4096, first, last, sizeof first);

@@ -239,6 +239,23 @@ void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
   return q;
 }
 
+void *mtp__os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
+  if (((uintptr_t)p & (alignment - 1)) == 0 && mremap(p, old_size, new_size, 0) != MAP_FAILED) {
+    mtp__track_unmap(p, new_size);
+    return p;
+  }
+  void *dest = os_map(new_size, alignment); /* counts as the map an injected failure refuses */
+  if (dest == NULL) return NULL;
+  void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dest);
+  if (q == MAP_FAILED) {
+    (void)munmap(dest, new_size);
+    errno = ENOMEM;
+    return NULL;
+  }
+  mtp__track_unmap(q, new_size);
+  return q;
+}
+
 /* ---- the free-list link key (see track.h, types.h) ---- */
 uintptr_t mtp__link_key;
 uint16_t mtp__link_tag;

@@ -73,6 +73,10 @@ long mtp__os_anon_huge_kb(void);
  * NULL + errno ENOMEM (the old mapping is then unchanged). An injected failure
  * (mtp__os_inject_failure) counts as a map. pre: mapped by mtp__os_map. */
 void *mtp__os_remap(void *p, size_t old_size, size_t new_size);
+/* As mtp__os_remap, to a range aligned to `alignment` (a power of two, a multiple of the OS
+ * page): grown in place where p is aligned and the addresses after it are free, else moved
+ * (MREMAP_FIXED) onto a fresh aligned mapping. NULL + ENOMEM, the old mapping unchanged. */
+void *mtp__os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
 
 #pragma GCC visibility pop
 

@@ -327,7 +327,18 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   size_t new_size = old_size;
   void *m = old;
   if (need > old_size) { /* grow, with room for more */
-    m = mtp__os_remap(old, old_size, want);
+    size_t hsize = mtp__large_grow_huge(old, old_size, want);
+    m = NULL;
+    if (hsize != 0) { /* aligned, its room whole huge pages, advised huge: judged */
+      size_t hwant = (want + hsize - 1) & ~(hsize - 1);
+      m = mtp__os_remap_aligned(old, old_size, hwant, hsize);
+      if (m != NULL) {
+        want = hwant;
+        judging = 0;
+        (void)mtp__os_huge_advise(m, want, true);
+      }
+    }
+    if (m == NULL) m = mtp__os_remap(old, old_size, want);
     if (m == NULL) return NULL; /* all of it the caller's, unpoisoned (mtp__os_remap) */
     new_size = want;
   } else { /* shrink with no cache: give the tail back, in place */

@@ -288,6 +288,27 @@ void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size) {
   reserve_advise(pool); /* the window may have closed on a verdict of whole use */
 }
 
+/* A block that realloc grows to a huge page or more, by a system call: with 1 always, in auto
+ * when the pages it has so far (its last JUDGE_SAMPLE_BYTES) are 7/8 resident, a buffer written
+ * as it grows. Its new range is then aligned to huge pages with its room rounded up to them, so
+ * that its tail faults in one huge page at a time; the kernel's own choice of address for a
+ * moved block is not aligned (bench/results/notes.md: large.c). Never with 0. */
+size_t mtp__large_grow_huge(const char *map, size_t old_size, size_t new_size) {
+  size_t hsize = reserve_huge_size();
+  if (hsize == 0 || new_size < hsize) return 0;
+  switch (mtp__hugepages_mode()) {
+  case MTP_HUGE_ALWAYS:
+    return hsize;
+  case MTP_HUGE_AUTO: {
+    size_t sample = old_size < JUDGE_SAMPLE_BYTES ? old_size : JUDGE_SAMPLE_BYTES;
+    size_t r = mtp__os_resident_bytes(map + (old_size - sample), sample);
+    return r != SIZE_MAX && r >= sample / 8 * 7 ? hsize : 0;
+  }
+  default:
+    return 0;
+  }
+}
+
 /* Large lock held: `size` bytes off the reserve's head (and *origin), or NULL. */
 static char *reserve_carve(mtpi_pool_t *pool, size_t size, uint64_t *origin) {
   if (pool->large_reserve_left < size) return NULL;

@@ -57,6 +57,10 @@ void mtp__large_judge_resume(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t unti
 /* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
  * of it is resident, towards auto's advice for the reserve, while that is undecided. */
 void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);
+/* No lock held; [map, map + old_size) a block the caller is about to grow to new_size by a system
+ * call: the huge page size if its new range should be aligned to huge pages and advised huge,
+ * else 0. */
+size_t mtp__large_grow_huge(const char *map, size_t old_size, size_t new_size);
 void mtp__large_drop_cached(mtpi_pool_t *pool, mtpi_large_t *rec);
 /* Large lock not held: whether the freed pattern on a range just taken from the cache is intact. */
 bool mtp__large_freed_fill_ok(mtpi_large_t *rec);
