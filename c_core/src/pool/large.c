@@ -329,7 +329,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   if (need > old_size) { /* grow, with room for more */
     size_t hsize = mtp__large_grow_huge(old, old_size, want);
     m = NULL;
-    if (hsize != 0) { /* aligned, its room whole huge pages, advised huge: judged */
+    if (hsize != 0) { /* aligned, its room whole huge pages, advised huge: no more judging */
       size_t hwant = (want + hsize - 1) & ~(hsize - 1);
       m = mtp__os_remap_aligned(old, old_size, hwant, hsize);
       if (m != NULL) {
