@@ -29,6 +29,8 @@ extern "C" {
 extern bool mtp__checked_forms;
 void mtp__checked_set_form(void *p, unsigned form) noexcept;
 bool mtp__checked_delete(void *p, std::size_t size, bool sized, unsigned form) noexcept;
+// mtp_alloc, whose failure fail(size) answers (api/alloc.c): fail may throw through it.
+void *mtp__alloc_or(std::size_t size, void *(*fail)(std::size_t));
 }
 
 namespace {
@@ -41,6 +43,15 @@ inline bool forms_on() { return __builtin_expect(__atomic_load_n(&mtp__checked_f
 inline void *formed(void *p, bool array) {
   if (forms_on() && p != nullptr) mtp__checked_set_form(p, array ? kFormNewArray : kFormNew);
   return p;
+}
+// The same for the unaligned forms, whose usual path (no forms) is one jump to the core's
+// mtp__alloc_or; `fail` answers its failure (new-handler loop, throw or nullptr).
+[[gnu::noinline]] void *formed_slow(std::size_t n, void *(*fail)(std::size_t), bool array) {
+  return formed(mtp__alloc_or(n, fail), array);
+}
+inline void *new_or(std::size_t n, void *(*fail)(std::size_t), bool array) {
+  if (forms_on()) return formed_slow(n, fail, array);
+  return mtp__alloc_or(n, fail);
 }
 inline void del(void *p, bool array) {
   if (forms_on() && mtp__checked_delete(p, 0, false, array ? kFormNewArray : kFormNew)) return;
@@ -97,14 +108,10 @@ std::new_handler current_handler() {
   return f ? f(n, a, std::nothrow_t{}) : nullptr;
 }
 
-inline void *new_plain(std::size_t n) {
-  void *p = mtp_alloc(n);
-  return p != nullptr ? p : new_retry(n, 0);
-}
-inline void *new_nothrow(std::size_t n, bool array) noexcept {
-  void *p = mtp_alloc(n);
-  return p != nullptr ? p : new_nothrow_retry(n, array);
-}
+// mtp__alloc_or's failure answers for the unaligned forms.
+void *fail_plain(std::size_t n) { return new_retry(n, 0); }
+void *fail_nothrow(std::size_t n) noexcept { return new_nothrow_retry(n, false); }
+void *fail_nothrow_array(std::size_t n) noexcept { return new_nothrow_retry(n, true); }
 inline void *new_aligned(std::size_t n, std::align_val_t a) {
   void *p = mtp_alloc_aligned(n, static_cast<std::size_t>(a));
   return p != nullptr ? p : new_retry(n, static_cast<std::size_t>(a));
@@ -116,13 +123,13 @@ inline void *new_aligned_nothrow(std::size_t n, std::align_val_t a, bool array) 
 
 }  // namespace
 
-EXPORT void *operator new(std::size_t n) { return formed(new_plain(n), false); }
-EXPORT void *operator new[](std::size_t n) { return formed(new_plain(n), true); }
+EXPORT void *operator new(std::size_t n) { return new_or(n, fail_plain, false); }
+EXPORT void *operator new[](std::size_t n) { return new_or(n, fail_plain, true); }
 EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept {
-  return formed(new_nothrow(n, false), false);
+  return new_or(n, fail_nothrow, false);
 }
 EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept {
-  return formed(new_nothrow(n, true), true);
+  return new_or(n, fail_nothrow_array, true);
 }
 EXPORT void *operator new(std::size_t n, std::align_val_t a) {
   return formed(new_aligned(n, a), false);

@@ -68,6 +68,20 @@ void *mtp_alloc(size_t size) {
   return mtp__heap_alloc_slow(mtp__default(), size);
 }
 
+/* The drop-in's operator new (malloc/src/override_new.cpp): mtp_alloc, with a failure answered
+ * by the caller's fail(size) (its new-handler loop and throw), so that its usual path is one
+ * jump here rather than a call and a test of the result. */
+static MTP_NOINLINE void *alloc_or_slow(size_t size, void *(*fail)(size_t)) {
+  void *p = mtp__heap_alloc_slow(mtp__default(), size);
+  return p != NULL ? p : fail(size);
+}
+void *mtp__alloc_or(size_t size, void *(*fail)(size_t)); /* declared again by the drop-in */
+void *mtp__alloc_or(size_t size, void *(*fail)(size_t)) {
+  void *p = alloc_fast(mtp__tl_default_heap, size);
+  if (MTP_LIKELY(p != NULL)) return p;
+  return alloc_or_slow(size, fail);
+}
+
 void *mtp_pool_alloc(mtp_pool_t *pool_, size_t size) {
   mtpi_pool_t *pool = mtp__pool_in(pool_);
   if (pool == NULL) return mtp_alloc(size);

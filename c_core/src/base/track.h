@@ -92,8 +92,11 @@ MTP_NO_ASAN MTP_NEXT_FN mtpi_block_t *mtp__block_next(mtpi_block_t *b) {
   return (mtpi_block_t *)(n ^ mtp__link_key_get());
 }
 
-MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtpi_block_t *b, mtpi_block_t *n) {
-  uintptr_t w = (uintptr_t)n ^ mtp__link_key_get();
+/* set_next with the key passed in: a loop that writes many links (a slab's carve) reads the key
+ * once, where each store through a uintptr_t word would make the compiler read it again. */
+MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next_key(mtpi_block_t *b, mtpi_block_t *n,
+                                                     uintptr_t key) {
+  uintptr_t w = (uintptr_t)n ^ key;
 #if defined(MTP_TRACK_VALGRIND)
   VALGRIND_MAKE_MEM_UNDEFINED(b, sizeof(*b));
   b->link = w;
@@ -101,6 +104,10 @@ MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtpi_block_t *b, mtpi_block_t *
 #else
   b->link = w;
 #endif
+}
+
+MTP_NO_ASAN MTP_NEXT_FN void mtp__block_set_next(mtpi_block_t *b, mtpi_block_t *n) {
+  mtp__block_set_next_key(b, n, mtp__link_key_get());
 }
 
 /* The pop's read: b's next (decoded), and b's link word overwritten with 0 (a value that never

@@ -129,7 +129,7 @@
  * free block's link word decodes below 2^48, so a free whose block does not (mtp__block_tagged)
  * is not a double free; one whose block does is confirmed by looking for it on its slab's lists
  * (slab.c). A block handed out has its link word zeroed (mtp__block_take). Only
- * mtp__block_next / set_next / take / tagged touch the word. */
+ * mtp__block_next / set_next(_key) / take / tagged touch the word. */
 typedef struct mtpi_block {
   uintptr_t link;
 } mtpi_block_t;

@@ -43,15 +43,17 @@ bool mtp__slab_carve(mtpi_desc_t *s, size_t os_page) {
   uint32_t bs = s->block_size;
   if (limit < b + bs) limit = b + bs;
   if (limit > s->end) limit = s->end;
-  mtpi_block_t *head = (mtpi_block_t *)b, *prev = head;
-  for (b += bs; b + bs <= limit; b += bs) {
-    mtp__block_set_next(prev, (mtpi_block_t *)b);
-    prev = (mtpi_block_t *)b;
-  }
-  mtp__block_set_next(prev, s->free);
-  s->free = head;
+  /* each block linked to the next while that one fits: a block starting at or below `fit` ends
+   * by limit (limit >= b + bs above, so fit >= b) */
+  char *head = b, *fit = limit - bs;
+  uintptr_t key = mtp__link_key_get(); /* read once: the link stores do not change it */
+#pragma GCC unroll 2
+  for (; b + bs <= fit; b += bs)
+    mtp__block_set_next_key((mtpi_block_t *)b, (mtpi_block_t *)(b + bs), key);
+  mtp__block_set_next_key((mtpi_block_t *)b, s->free, key);
+  s->free = (mtpi_block_t *)head;
   /* relaxed: only the owner writes bump; a remote reader is ordered by the hand-out (types.h) */
-  mtp__slab_set_bump(s, b);
+  mtp__slab_set_bump(s, b + bs);
   return true;
 }
 
