@@ -24,7 +24,9 @@
 // The core's checked mode (heap/heap.h), inside this library.
 // noexcept (C functions do not throw). The file is built without exception tables
 // (malloc/CMakeLists.txt): libstdc++ loaded with this library doubled a small program's
-// start-up faults.
+// start-up faults. Hidden, as the core's internals are: the flag is read by one instruction,
+// not through an address loaded first.
+#pragma GCC visibility push(hidden)
 extern "C" {
 extern bool mtp__checked_forms;
 void mtp__checked_set_form(void *p, unsigned form) noexcept;
@@ -32,6 +34,7 @@ bool mtp__checked_delete(void *p, std::size_t size, bool sized, unsigned form) n
 // mtp_alloc, whose failure fail(size) answers (api/alloc.c): fail may throw through it.
 void *mtp__alloc_or(std::size_t size, void *(*fail)(std::size_t));
 }
+#pragma GCC visibility pop
 
 namespace {
 
