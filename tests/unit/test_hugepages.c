@@ -251,6 +251,41 @@ static void own_block(mtp_pool_t *pool, size_t size, const char *flag) {
   mtp_free(b);
 }
 
+/* Waits (at most 10 s) until pool p has no block left to judge; returns how many it still has. */
+static size_t wait_judged(mtp_pool_t *p) {
+  size_t judging = 1;
+  double t0 = th_now();
+  while (judging != 0 && th_now() - t0 < 10) {
+    usleep(20000);
+    pthread_mutex_lock(&mtp__large_lock);
+    judging = p->large_judging;
+    pthread_mutex_unlock(&mtp__large_lock);
+  }
+  return judging;
+}
+
+/* In auto, blocks mapped on their own that were judged filled densely (two of 16 MiB: the
+ * verdict's 32 MiB) make the next one advised huge as it is mapped, before any write; judged
+ * written in a page only, they do not (it is judged by its own use again). */
+static void own_verdict(bool dense) {
+  enum { SIZE = 16 << 20 };
+  mtp_pool_t *p = th_pool(dense ? "huge-own-dense" : "huge-own-sparse", 60000, 0);
+  char *b[2];
+  size_t written = dense ? SIZE : 4096;
+  for (int i = 0; i < 2; i++) {
+    b[i] = mtp_pool_alloc(p, SIZE);
+    REQUIRE(b[i] != NULL, "a 16 MiB block");
+    for (size_t at = 0; at < written; at += 65536) memset(b[i] + at, 3, written - at < 65536 ? written - at : 65536);
+  }
+  CHECK_EQ_SZ(wait_judged(p), 0);
+  printf("  two 16 MiB blocks mapped on their own, %zu bytes of each written, then:\n", written);
+  own_block(p, (size_t)24 << 20, dense ? "hg" : NULL);
+  CHECK(b[0][written - 1] == 3 && b[1][written - 1] == 3);
+  mtp_free(b[0]);
+  mtp_free(b[1]);
+  mtp_pool_destroy(p);
+}
+
 /* In auto, a block mapped on its own with no verdict of the reserve to go by is judged by its use
  * on the purge passes after it, through a realloc that moves or grows its mapping: written whole,
  * it is advised huge; written in its first page only, it never is. Each waits (at most 10 s) until
@@ -269,14 +304,8 @@ static void judged_block(size_t written, bool huge) {
   b = mtp_realloc(b, SIZE + SIZE / 2);
   REQUIRE(b != NULL, "the block grown to 24 MiB");
   CHECK(b[written - 1] == 9);
-  size_t judging = 1;
   double t0 = th_now();
-  while (judging != 0 && th_now() - t0 < 10) {
-    usleep(20000);
-    pthread_mutex_lock(&mtp__large_lock);
-    judging = p->large_judging;
-    pthread_mutex_unlock(&mtp__large_lock);
-  }
+  size_t judging = wait_judged(p);
   char flags[512] = "";
   long ahp;
   REQUIRE(smaps_of(b, flags, sizeof flags, &ahp) == 0, "the block's smaps entry");
@@ -352,6 +381,8 @@ static void test_large_reserve(void) {
   mtp_pool_destroy(p);
   judged_block(16 << 20, true);
   judged_block(4096, false);
+  own_verdict(true);
+  own_verdict(false);
 }
 
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */

@@ -569,6 +569,9 @@ struct mtp_pool {
    * resident at their free */
   size_t large_freed_sampled, large_freed_resident;
   size_t large_judging; /* LIVE records with judge_until_ms above 0 */
+  /* auto huge pages for blocks mapped on their own: the bytes judged dense and sparse so far
+   * (large_ranges.c: judge_one), whose verdict advises later ones huge as they are mapped */
+  size_t large_own_dense, large_own_sparse;
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

@@ -191,10 +191,23 @@ static void reserve_advise(mtpi_pool_t *pool) {
   if (at < end) (void)mtp__os_huge_advise((void *)at, end - at, true);
 }
 
+/* Auto: whether the blocks mapped on their own that judge_one has looked at were filled densely,
+ * OWN_VERDICT_BYTES of them at least and at most an eighth as many sparse ones. A program that
+ * only allocates blocks above the reserve's (buffers of 5-25 MiB, say) never carves from the
+ * reserve nor frees into its window, and judged each block after its first touch had faulted it
+ * in 4 KiB pages (bench/results/notes.md: large_ranges.c). Large lock held. */
+#define OWN_VERDICT_BYTES ((size_t)32 << 20)
+static bool own_seen_whole(const mtpi_pool_t *pool) {
+  return pool->large_own_dense >= OWN_VERDICT_BYTES &&
+         pool->large_own_sparse <= pool->large_own_dense / 8 &&
+         mtp__hugepages_due(pool->large_bytes + pool->large_cached_bytes, MTP_HUGE_AUTO_LARGE_BYTES);
+}
+
 /* A range mapped for one block (above MTP_LARGE_RESERVE_TAKE_MAX, or one the reserve does not
  * serve) follows the mode as the reserve does: huge with 1, never with 0; in auto huge at once if
- * this pool's reserve has gone huge (its large blocks were seen to be used whole), else judged by
- * its own use (judge_one); none below two huge pages, or where the reserve takes none. */
+ * this pool's reserve has gone huge (its large blocks were seen to be used whole) or the blocks
+ * mapped on their own were seen filled densely (own_seen_whole), else judged by its own use
+ * (judge_one); none below two huge pages, or where the reserve takes none. */
 int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
   size_t hsize = reserve_huge_size();
   if (hsize == 0 || size < 2 * hsize) return MTP_OWN_NONE;
@@ -205,7 +218,7 @@ int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
     return MTP_OWN_NEVER;
   case MTP_HUGE_AUTO: {
     pthread_mutex_lock(&mtp__large_lock);
-    bool whole = pool->large_reserve_huge;
+    bool whole = pool->large_reserve_huge || own_seen_whole(pool);
     pthread_mutex_unlock(&mtp__large_lock);
     return whole ? MTP_OWN_HUGE : MTP_OWN_JUDGE;
   }
@@ -259,10 +272,15 @@ static void judge_one(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t now_ms) {
       }
     if (last * page >= mtp__os_huge_page_size() && resident >= last / 8 * 7) {
       (void)mtp__os_huge_advise(rec->map, rec->map_size, true);
-      done = true;
+      pool->large_own_dense += sample;
+      mtp__large_judge_stop(pool, rec);
+      return;
     }
   }
-  if (done) mtp__large_judge_stop(pool, rec);
+  if (done) {
+    pool->large_own_sparse += sample;
+    mtp__large_judge_stop(pool, rec);
+  }
 }
 
 /* Large lock held: a pass over the pool's LIVE records being judged. */
