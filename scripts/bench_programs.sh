@@ -193,18 +193,6 @@ program_cmd() {
   esac
 }
 
-# check_log LOG ALLOC: prints the number of processes logged; returns 1 (with a note) unless every
-# one found malloc in the library ALLOC was given, and its symbols named ALLOC.
-check_log() {
-  local log=$1 a=$2 lib_var=LIB_${2//[^A-Za-z0-9_]/_} want n bad
-  want=${!lib_var:-$glibc_obj}
-  n=$(wc -l <"$log" 2>/dev/null || echo 0)
-  echo "$n"
-  [ "$n" -gt 0 ] || { note "FAILED: no process logged by which_malloc.so ($a)"; return 1; }
-  bad=$(awk -v w="$want" -v a="$(malloc_family "$a")" '$2 != w || $3 != a' "$log" | head -3)
-  [ -z "$bad" ] || { note "FAILED: not on $a ($want): $bad"; return 1; }
-}
-
 rc=0
 env_run=(env -i PATH=$SYS_PATH LC_ALL=C HOME="$work" GIT_CONFIG_NOSYSTEM=1 TMPDIR="$run/tmp")
 load1() { cut -d' ' -f1 /proc/loadavg; }

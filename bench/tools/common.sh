@@ -1,4 +1,5 @@
-# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh and bench_gp.sh (sourced, not run).
+# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh, bench_gp.sh, bench_programs.sh and
+# bench_mibench.sh (sourced, not run).
 # Expects ROOT (the repository) and BUILD (the build directory) to be set.
 
 note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
@@ -211,6 +212,19 @@ seed_variants() {
 
 footprint_variants() {
   echo "$PROC|--test,footprint,--threads,4,--kind,list_int $PROC|--test,footprint,--threads,4,--kind,map_int $PROC|--test,footprint,--threads,4,--kind,list_str40"
+}
+
+# check_log LOG ALLOC: prints the number of processes bench/programs/which_malloc.so logged in LOG;
+# returns 1 (with a note) unless every one found malloc in the library ALLOC was given (LIB_<alloc>,
+# or for glibc $glibc_obj, which the caller sets) and its symbols named ALLOC.
+check_log() {
+  local log=$1 a=$2 lib_var=LIB_${2//[^A-Za-z0-9_]/_} want n bad
+  want=${!lib_var:-$glibc_obj}
+  n=$(wc -l <"$log" 2>/dev/null || echo 0)
+  echo "$n"
+  [ "$n" -gt 0 ] || { note "FAILED: no process logged by which_malloc.so ($a)"; return 1; }
+  bad=$(awk -v w="$want" -v a="$(malloc_family "$a")" '$2 != w || $3 != a' "$log" | head -3)
+  [ -z "$bad" ] || { note "FAILED: not on $a ($want): $bad"; return 1; }
 }
 
 machine_line() {
