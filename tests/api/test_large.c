@@ -3,7 +3,7 @@
  * fresh mapping not faulted in), realloc (grow into the cached range after the
  * block or by mremap, shrink into the cache, keeping contents, small -> large -> small; a growing
  * buffer's realloc that fits the range remembered by its thread, and what makes it look again), bad input (double free of a cached block, interior and foreign
- * pointers), a checked pool's quarantine, OS failures (mtp__os_inject_failure), and two threads
+ * pointers), a miss that grows the largest cached range, a checked pool's quarantine, OS failures (mtp__os_inject_failure), and two threads
  * at once (for TSan). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -155,6 +155,38 @@ static void test_calloc(void) {
   unsigned char *d = mtp_pool_calloc(p, 1, MiB);
   REQUIRE(d != NULL, "calloc");
   CHECK(all_zero(d, MiB));
+  mtp_free(d);
+  mtp_pool_destroy(p);
+  CHECK(g_errs == 0);
+}
+
+/* A block above the reserve's 4 MiB that no cached range fits grows the largest cached one of at
+ * least half its size into it: the cache is left empty, the pool holds the block's bytes alone,
+ * and a calloc made so reads as zero, the old part cleared and the grown tail fresh. */
+static void test_grow_cached(void) {
+  mtp_pool_t *p = th_pool("large-grow", 60000, 0);
+  unsigned char *a = mtp_pool_alloc(p, 8 * MiB);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 7, 8 * MiB);
+  mtp_free(a);
+  CHECK_EQ_SZ(cached(p), 8 * MiB);
+  unsigned char *b = mtp_pool_alloc(p, 12 * MiB);
+  REQUIRE(b != NULL, "alloc");
+  memset(b, 9, 12 * MiB);
+  mtp_stats_t st = th_stats(p);
+  CHECK_EQ_SZ(cached(p), 0); /* the 8 MiB range became the block */
+  CHECK_EQ_SZ(st.bytes_reserved, 12 * MiB);
+  CHECK_EQ_SZ(st.large_blocks, 1);
+  mtp_free(b);
+  unsigned char *c = mtp_pool_calloc(p, 1, 20 * MiB);
+  REQUIRE(c != NULL, "calloc");
+  CHECK_EQ_SZ(cached(p), 0);
+  CHECK(all_zero(c, 20 * MiB));
+  mtp_free(c);
+  /* less than half the size cached: a fresh mapping, the cached range kept */
+  unsigned char *d = mtp_pool_alloc(p, 48 * MiB);
+  REQUIRE(d != NULL, "alloc");
+  CHECK_EQ_SZ(cached(p), 20 * MiB);
   mtp_free(d);
   mtp_pool_destroy(p);
   CHECK(g_errs == 0);
@@ -594,6 +626,7 @@ int main(void) {
   mtp_set_error_handler(on_error, NULL);
   RUN(test_reuse_and_stats);
   RUN(test_calloc);
+  RUN(test_grow_cached);
   RUN(test_bound);
   RUN(test_purge_after_delay);
   RUN(test_trim_and_destroy);

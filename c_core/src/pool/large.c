@@ -81,6 +81,42 @@ static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment, int *own)
   return m;
 }
 
+/* A block mapped on its own that no cached range fits: the largest cached one of at least half
+ * its size (rec, out of the cache and the hash), grown by mremap into it, so that the pages the
+ * range has resident serve the block and only the difference is faulted in afresh (a program that
+ * churns 5-25 MiB buffers mapped and faulted most of them anew: bench/results/notes.md:
+ * large.c). NULL if the growth failed (the range is unmapped; the caller maps afresh). */
+static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size_t map_size,
+                         bool zero, bool *judge) {
+  if (!mtp__large_freed_fill_ok(rec)) /* the caller gets the range all the same */
+    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
+               rec->ptr);
+  int own = mtp__large_own_huge(pool, map_size);
+  size_t old_size = rec->map_size;
+  mtp__track_unmap(rec->map, old_size); /* no stale poison where the range was */
+  void *m = mtp__os_remap_aligned(rec->map, old_size, map_size,
+                                  own > MTP_OWN_NONE ? mtp__os_huge_page_size() : mtp__os_page_size());
+  if (m == NULL) {
+    (void)mtp__large_unmap_rec(rec);
+    return NULL;
+  }
+  if (own == MTP_OWN_HUGE || own == MTP_OWN_NEVER)
+    (void)mtp__os_huge_advise(m, map_size, own == MTP_OWN_HUGE);
+  if (zero) memset(m, 0, size < old_size ? size : old_size); /* the grown tail is fresh: zero */
+  rec->ptr = rec->map = m;
+  rec->map_size = map_size;
+  pthread_mutex_lock(&mtp__large_lock);
+  rec->origin = ++mtp__large_origin_count; /* a mapping of its own now */
+  mtp__large_hash_insert(rec);
+  make_live(pool, rec, size);
+  if (own == MTP_OWN_JUDGE && judge != NULL) {
+    mtp__large_judge_start(pool, rec);
+    *judge = true;
+  }
+  pthread_mutex_unlock(&mtp__large_lock);
+  return m;
+}
+
 /* A large block of `size` bytes whose range has room for `room` bytes more (room > 0: realloc
  * made it, it may grow again); `zero`: its first `size` bytes read as zero (calloc). A fresh
  * mapping is zero already: it is not written, so only the pages the caller touches are faulted in
@@ -98,9 +134,16 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   if (map_size == 0) map_size = os_page;
   if (mtp__large_caches(pool)) {
     pthread_mutex_lock(&mtp__large_lock);
-    mtpi_large_t *rec = mtp__large_cache_take(pool, map_size, alignment, room > 0);
-    if (rec != NULL) make_live(pool, rec, size);
+    mtpi_large_t *rec = mtp__large_cache_take(pool, map_size, alignment, room > 0), *grow = NULL;
+    if (rec != NULL)
+      make_live(pool, rec, size);
+    else if (map_size > MTP_LARGE_RESERVE_TAKE_MAX && alignment <= os_page)
+      grow = mtp__large_cache_take_largest(pool, map_size / 2);
     pthread_mutex_unlock(&mtp__large_lock);
+    if (grow != NULL) {
+      void *p = grow_cached(pool, grow, size, map_size, zero, judge);
+      if (p != NULL) return p;
+    }
     if (rec != NULL) {
       if (!mtp__large_freed_fill_ok(rec)) /* the caller gets the range all the same */
         mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",

@@ -446,6 +446,18 @@ mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t align
   return fit;
 }
 
+mtpi_large_t *mtp__large_cache_take_largest(mtpi_pool_t *pool, size_t least) {
+  const mtpi_large_slot_t *best = NULL;
+  for (size_t i = 0; i < pool->large_cached_count; i++) {
+    const mtpi_large_slot_t *r = &pool->large_slots[i];
+    if (r->map_size >= least && (best == NULL || r->map_size > best->map_size)) best = r;
+  }
+  if (best == NULL) return NULL;
+  mtpi_large_t *rec = best->rec;
+  mtp__large_drop_cached(pool, rec);
+  return rec;
+}
+
 bool mtp__large_cache_holds(const mtpi_pool_t *pool, size_t need) {
   for (size_t i = 0; i < pool->large_cached_count; i++)
     if (pool->large_slots[i].map_size >= need) return true;

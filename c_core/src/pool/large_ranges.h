@@ -67,6 +67,9 @@ bool mtp__large_freed_fill_ok(mtpi_large_t *rec);
 void mtp__large_cache_link(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t free_time_ms);
 mtpi_large_t *mtp__large_split(mtpi_large_t *rec, size_t at);
 mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, bool grow);
+/* The largest cached range of at least `least` bytes, out of the cache and the hash (the caller
+ * grows it into a block, or unmaps it), or NULL. */
+mtpi_large_t *mtp__large_cache_take_largest(mtpi_pool_t *pool, size_t least);
 /* Whether the cache holds a free range of at least `need` bytes. */
 bool mtp__large_cache_holds(const mtpi_pool_t *pool, size_t need);
 bool mtp__large_cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict);
