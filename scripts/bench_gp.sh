@@ -93,14 +93,7 @@ fi
 [ -x "$driver" ] || { note "driver $driver not found"; exit 1; }
 : "${tests:=$("$driver" --list | tr '\n' ' ')}"
 
-run_allocs="" skipped=""
-for a in $allocs; do
-  lib=$(malloc_lib "$a") || { note "NOTICE: $a not available; skipped"; skipped="$skipped $a"; continue; }
-  run_allocs="$run_allocs $a"
-  declare "LIB_$(lib_var_name "$a")=$lib"
-  [ -n "$lib" ] && note "$a: $lib"
-done
-[ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
+resolve_allocs
 
 mkdir -p "$out"
 raw=$out/gp.jsonl

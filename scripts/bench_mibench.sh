@@ -113,17 +113,9 @@ gcc $cflags -o "$BUILD/runstat" "$ROOT/bench/programs/runstat.c"
 # shellcheck disable=SC2086
 gcc $cflags -shared -fPIC -o "$BUILD/which_malloc.so" "$ROOT/bench/programs/which_malloc.c" -ldl
 WHICH=$BUILD/which_malloc.so
-glibc_obj=$(tmp=$(mktemp) && MTPOOL_WHICH_LOG=$tmp LD_PRELOAD=$WHICH /bin/true && cut -d' ' -f2 "$tmp" && rm -f "$tmp")
-[ -n "$glibc_obj" ] || { note "which_malloc.so logged nothing for /bin/true"; exit 1; }
+which_glibc_obj "$WHICH"
 
-run_allocs="" skipped=""
-for a in $allocs; do
-  lib=$(malloc_lib "$a") || { note "NOTICE: $a not available; skipped"; skipped="$skipped $a"; continue; }
-  run_allocs="$run_allocs $a"
-  declare "LIB_$(lib_var_name "$a")=$lib"
-  [ -n "$lib" ] && note "$a: $lib"
-done
-[ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
+resolve_allocs
 
 # cmd_of TEST: CMD (array) and IN, as mimalloc-bench's bench.sh runs it, N = $threads.
 cmd_of() {

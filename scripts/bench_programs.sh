@@ -129,14 +129,7 @@ gcc $cflags -shared -fPIC -o "$tools/which_malloc.so" "$ROOT/bench/programs/whic
 gcc $cflags -o "$tools/hello_malloc" "$ROOT/bench/programs/hello_malloc.c"
 RUNSTAT=$tools/runstat WHICH=$tools/which_malloc.so
 
-run_allocs="" skipped=""
-for a in $allocs; do
-  lib=$(malloc_lib "$a") || { note "NOTICE: $a not available; skipped"; skipped="$skipped $a"; continue; }
-  run_allocs="$run_allocs $a"
-  declare "LIB_$(lib_var_name "$a")=$lib"
-  [ -n "$lib" ] && note "$a: $lib"
-done
-[ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
+resolve_allocs
 read -r -a AL <<<"$run_allocs"
 
 # Debian's programs, by path (a python3 or ruby earlier in PATH may be a wrapper script).
@@ -172,8 +165,7 @@ raw=$out/programs.jsonl
 rm -f "$raw"
 
 # The object that defines malloc in a process with nothing preloaded but the check.
-glibc_obj=$(tmp=$(mktemp) && MTPOOL_WHICH_LOG=$tmp LD_PRELOAD=$WHICH /bin/true && cut -d' ' -f2 "$tmp" && rm -f "$tmp")
-[ -n "$glibc_obj" ] || { note "which_malloc.so logged nothing for /bin/true"; exit 1; }
+which_glibc_obj "$WHICH"
 
 # program_cmd NAME: sets CMD (argv), EXTRA (output files to check besides stdout), IN (stdin).
 program_cmd() {

@@ -214,9 +214,30 @@ footprint_variants() {
   echo "$PROC|--test,footprint,--threads,4,--kind,list_int $PROC|--test,footprint,--threads,4,--kind,map_int $PROC|--test,footprint,--threads,4,--kind,list_str40"
 }
 
+# resolve_allocs: for each allocator of $allocs, its library (malloc_lib) into LIB_<alloc> (glibc:
+# empty), noting it; sets run_allocs (those found) and skipped (the others); exits when none is left.
+resolve_allocs() {
+  local a lib
+  run_allocs="" skipped=""
+  for a in $allocs; do
+    lib=$(malloc_lib "$a") || { note "NOTICE: $a not available; skipped"; skipped="$skipped $a"; continue; }
+    run_allocs="$run_allocs $a"
+    declare -g "LIB_$(lib_var_name "$a")=$lib"
+    [ -n "$lib" ] && note "$a: $lib"
+  done
+  [ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
+}
+
+# which_glibc_obj WHICH: sets glibc_obj, the object bench/programs/which_malloc.so (at WHICH) logs
+# as defining malloc in a process on glibc's, which check_log wants of the glibc runs; exits if none.
+which_glibc_obj() {
+  glibc_obj=$(tmp=$(mktemp) && MTPOOL_WHICH_LOG=$tmp LD_PRELOAD=$1 /bin/true && cut -d' ' -f2 "$tmp" && rm -f "$tmp")
+  [ -n "$glibc_obj" ] || { note "which_malloc.so logged nothing for /bin/true"; exit 1; }
+}
+
 # check_log LOG ALLOC: prints the number of processes bench/programs/which_malloc.so logged in LOG;
 # returns 1 (with a note) unless every one found malloc in the library ALLOC was given (LIB_<alloc>,
-# or for glibc $glibc_obj, which the caller sets) and its symbols named ALLOC.
+# or for glibc $glibc_obj: which_glibc_obj) and its symbols named ALLOC.
 check_log() {
   local log=$1 a=$2 lib_var=LIB_${2//[^A-Za-z0-9_]/_} want n bad
   want=${!lib_var:-$glibc_obj}

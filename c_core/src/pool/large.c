@@ -81,6 +81,14 @@ static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment, int *own)
   return m;
 }
 
+/* A range just taken from the cache: a write after its free is reported (the caller gets the
+ * range all the same). */
+static void check_freed_fill(mtpi_large_t *rec) {
+  if (!mtp__large_freed_fill_ok(rec))
+    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
+               rec->ptr);
+}
+
 /* A block mapped on its own that no cached range fits: the largest cached one of at least half
  * its size (rec, out of the cache and the hash), grown by mremap into it, so that the pages the
  * range has resident serve the block and only the difference is faulted in afresh (a program that
@@ -88,9 +96,7 @@ static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment, int *own)
  * large.c). NULL if the growth failed (the range is unmapped; the caller maps afresh). */
 static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size_t map_size,
                          bool zero, bool *judge) {
-  if (!mtp__large_freed_fill_ok(rec)) /* the caller gets the range all the same */
-    mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
-               rec->ptr);
+  check_freed_fill(rec);
   int own = mtp__large_own_huge(pool, map_size);
   size_t old_size = rec->map_size;
   mtp__track_unmap(rec->map, old_size); /* no stale poison where the range was */
@@ -145,9 +151,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
       if (p != NULL) return p;
     }
     if (rec != NULL) {
-      if (!mtp__large_freed_fill_ok(rec)) /* the caller gets the range all the same */
-        mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed large block was written to)",
-                   rec->ptr);
+      check_freed_fill(rec);
       void *p = hand_out(rec);
       if (zero) memset(p, 0, size);
       return p;
