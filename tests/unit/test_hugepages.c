@@ -251,6 +251,34 @@ static void own_block(mtp_pool_t *pool, size_t size, const char *flag) {
   mtp_free(b);
 }
 
+/* In the child: a block mapped on its own and advised huge (MTPOOL_HUGEPAGES=1) takes whole huge
+ * pages, and so does a smaller block its cached range serves, so that the tail split off starts
+ * on a huge page; in the other modes (auto with no verdict yet) ranges end at the OS page. */
+static void test_own_whole_pages(void) {
+  const size_t H = (size_t)2 << 20, page = 4096;
+  bool whole = mtp__hugepages_mode() == MTP_HUGE_ALWAYS;
+  mtp_pool_t *p = th_pool("huge-whole", 60000, 0);
+  char *a = mtp_pool_alloc(p, 13 * H / 2 + 1); /* 13 MiB + 1 byte */
+  REQUIRE(a != NULL, "a block mapped on its own");
+  memset(a, 1, 13 * H / 2 + 1);
+  CHECK_EQ_SZ(mtp_usable_size(a), whole ? 7 * H : 13 * H / 2 + page);
+  mtp_free(a);
+  char *b = mtp_pool_alloc(p, 5 * H / 2 + 1); /* 5 MiB + 1: the head of the cached range */
+  char *c = mtp_pool_alloc(p, 7 * H / 2 + 1); /* 7 MiB + 1: its tail, where it is whole huge pages */
+  REQUIRE(b != NULL && c != NULL, "blocks of the cached range");
+  CHECK(b == a);
+  CHECK_EQ_SZ(mtp_usable_size(b), whole ? 3 * H : 5 * H / 2 + page);
+  if (whole) {
+    CHECK(c == a + 3 * H);
+    CHECK_EQ_SZ(mtp_usable_size(c), 4 * H);
+  }
+  printf("  13 MiB + 1 block %p, then 5 MiB + 1 at %p (usable %zu) and 7 MiB + 1 at %p (usable %zu)\n",
+         (void *)a, (void *)b, mtp_usable_size(b), (void *)c, mtp_usable_size(c));
+  mtp_free(b);
+  mtp_free(c);
+  mtp_pool_destroy(p);
+}
+
 /* Waits (at most 10 s) until pool p has no block left to judge; returns how many it still has. */
 static size_t wait_judged(mtp_pool_t *p) {
   size_t judging = 1;
@@ -427,6 +455,7 @@ int main(int argc, char **argv) {
     RUN(test_advice);
     if (strcmp(argv[1], "huge") == 0) RUN(test_huge_purge);
     RUN(test_large_reserve);
+    RUN(test_own_whole_pages);
     RUN(test_pool_gives_back);
     DONE();
   }

@@ -69,15 +69,28 @@ static void *hand_out(mtpi_large_t *rec) {
   return rec->ptr;
 }
 
+/* The length of a range mapped for one block of map_size bytes, advised as `own` says: whole huge
+ * pages where it is advised huge, so that its last bytes fault in a huge page too and a tail it is
+ * grown by starts on one (cut at the OS page, its last part and the tails grown from it faulted
+ * in 4 KiB pages, and a huge page split where a purge cut it: bench/results/notes.md: large.c). */
+static size_t own_length(const mtpi_pool_t *pool, int own, size_t map_size) {
+  if (own != MTP_OWN_HUGE || pool->check) return map_size; /* checked: canaries fill the rest */
+  size_t h = mtp__os_huge_page_size(); /* a power of two: MTP_OWN_HUGE says so */
+  size_t r = (map_size + h - 1) & ~(h - 1);
+  return r < map_size ? map_size : r;
+}
+
 /* A range mapped for one block, advised as mtp__large_own_huge says (*own): aligned to the huge
- * page size where it is or may be huge, so that its first bytes are in a whole huge page too. */
-static void *map_own(mtpi_pool_t *pool, size_t size, size_t alignment, int *own) {
-  *own = mtp__large_own_huge(pool, size);
+ * page size where it is or may be huge, so that its first bytes are in a whole huge page too;
+ * *size: the block's page-rounded bytes, on return the range's (own_length). */
+static void *map_own(mtpi_pool_t *pool, size_t *size, size_t alignment, int *own) {
+  *own = mtp__large_own_huge(pool, *size);
+  *size = own_length(pool, *own, *size);
   size_t hsize = mtp__os_huge_page_size();
   if (*own > MTP_OWN_NONE && alignment < hsize) alignment = hsize;
-  void *m = mtp__os_map(size, alignment);
+  void *m = mtp__os_map(*size, alignment);
   if (m != NULL && (*own == MTP_OWN_HUGE || *own == MTP_OWN_NEVER))
-    (void)mtp__os_huge_advise(m, size, *own == MTP_OWN_HUGE);
+    (void)mtp__os_huge_advise(m, *size, *own == MTP_OWN_HUGE);
   return m;
 }
 
@@ -98,6 +111,7 @@ static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size
                          bool zero, bool *judge) {
   check_freed_fill(rec);
   int own = mtp__large_own_huge(pool, map_size);
+  map_size = own_length(pool, own, map_size);
   size_t old_size = rec->map_size;
   mtp__track_unmap(rec->map, old_size); /* no stale poison where the range was */
   void *m = mtp__os_remap_aligned(rec->map, old_size, map_size,
@@ -164,7 +178,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   void *m = NULL;
   if (mtp__large_caches(pool) && alignment <= os_page && map_size <= MTP_LARGE_RESERVE_TAKE_MAX)
     m = mtp__large_reserve_take(pool, map_size, &origin);
-  if (m == NULL) m = map_own(pool, map_size, alignment > os_page ? alignment : os_page, &own);
+  if (m == NULL) m = map_own(pool, &map_size, alignment > os_page ? alignment : os_page, &own);
   if (own == MTP_OWN_JUDGE && judge == NULL) own = MTP_OWN_NONE; /* the caller cannot wake the purger */
   if (m == NULL) {
     mtp__meta_free(rec, sizeof(*rec));

@@ -208,7 +208,8 @@ static bool own_seen_whole(const mtpi_pool_t *pool) {
  * this pool's reserve has gone huge (its large blocks were seen to be used whole) or the blocks
  * mapped on their own were seen filled densely (own_seen_whole), else judged by its own use
  * (judge_one); none below two huge pages, or where the reserve takes none. */
-int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
+/* mtp__large_own_huge; `locked`: the caller holds the large lock. */
+static int own_huge(mtpi_pool_t *pool, size_t size, bool locked) {
   size_t hsize = reserve_huge_size();
   if (hsize == 0 || size < 2 * hsize) return MTP_OWN_NONE;
   switch (mtp__hugepages_mode()) {
@@ -217,15 +218,17 @@ int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) {
   case MTP_HUGE_NEVER:
     return MTP_OWN_NEVER;
   case MTP_HUGE_AUTO: {
-    pthread_mutex_lock(&mtp__large_lock);
+    if (!locked) pthread_mutex_lock(&mtp__large_lock);
     bool whole = pool->large_reserve_huge || own_seen_whole(pool);
-    pthread_mutex_unlock(&mtp__large_lock);
+    if (!locked) pthread_mutex_unlock(&mtp__large_lock);
     return whole ? MTP_OWN_HUGE : MTP_OWN_JUDGE;
   }
   default:
     return MTP_OWN_NONE;
   }
 }
+
+int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) { return own_huge(pool, size, false); }
 
 /* Auto huge pages for a block mapped on its own, which no free may ever judge (a compressor's or
  * a sort's buffers live as long as the program): judged on the purge passes after its allocation
@@ -419,7 +422,8 @@ mtpi_large_t *mtp__large_split(mtpi_large_t *rec, size_t at) {
  * taken out of the cache, or NULL; `grow`: the block is expected to grow (realloc), so take the
  * largest range that fits rather than the smallest. A range more than 1/16 larger than needed is
  * split: its tail stays cached (so the usable size a reused range reports is within 1/16 of the
- * page-rounded request, as a fresh one's is within a page). */
+ * page-rounded request, as a fresh one's is within a page; or of the huge-page-rounded one, where
+ * the block would be mapped huge on its own). */
 mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t alignment, bool grow) {
   const mtpi_large_slot_t *best = NULL;
   size_t os_page = mtp__os_page_size();
@@ -435,9 +439,15 @@ mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t align
   if (best == NULL) return NULL;
   mtpi_large_t *fit = best->rec;
   uncache(pool, fit);
-  if (fit->map_size - need > need / 16) {
+  /* a range of whole huge pages for a block the pool would map huge on its own stays so (large.c:
+   * own_length): the block takes whole huge pages too */
+  size_t cut = need, h = reserve_huge_size();
+  if (h != 0 && need > MTP_LARGE_RESERVE_TAKE_MAX && ((uintptr_t)fit->map & (h - 1)) == 0 &&
+      (fit->map_size & (h - 1)) == 0 && own_huge(pool, need, true) == MTP_OWN_HUGE)
+    cut = (need + h - 1) & ~(h - 1);
+  if (fit->map_size - cut > need / 16) {
     /* the head for the block, the tail stays cached (no record to be had: the whole range) */
-    mtpi_large_t *t = mtp__large_split(fit, need);
+    mtpi_large_t *t = mtp__large_split(fit, cut);
     if (t != NULL) {
       mtp__large_hash_insert(t);
       mtp__large_cache_link(pool, t, fit->free_time_ms);
