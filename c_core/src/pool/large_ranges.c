@@ -21,11 +21,13 @@
  *   - realloc grows a block into the free range just after it (same origin) without a system
  *     call; else by mremap, with room for an eighth more (a growing buffer usually grows again).
  *     A block that shrinks by more than a quarter gives its tail to the cache.
- *   - bound: a pool keeps at most MAX_CACHED free ranges and at most CACHE_FLOOR bytes plus a
- *     quarter of the bytes its live large blocks take; the oldest go first. The floor lets a
- *     program that frees and allocates a few blocks of several MiB in a loop (the common pattern)
- *     reuse them; the proportional part lets one with many large blocks keep its turnover without
- *     ever more than 1.25x its large-block footprint.
+ *   - bound: a pool keeps at most MAX_CACHED free ranges and at most CACHE_FLOOR bytes plus
+ *     half the bytes its live large blocks take; the oldest go first. The floor lets a program
+ *     that frees and allocates a few blocks of several MiB in a loop (the common pattern) reuse
+ *     them; the proportional part lets one with many large blocks keep its turnover (a quarter
+ *     sent most ranges of a churn of random sizes back to the OS, to be faulted in again:
+ *     bench/results/notes.md: large_ranges.c) without ever more than 1.5x its large-block
+ *     footprint, and that only within the purge's delay.
  *   - a free range goes back to the OS (munmap, counted in bytes_returned then) a tenth of the
  *     pool's purge delay after its free (its free time is stamped that much early,
  *     mtp__run_freed_at, base/base.h says why; a merged range counts from its newest free; the
@@ -479,7 +481,7 @@ bool mtp__large_cache_holds(const mtpi_pool_t *pool, size_t need) {
  * oldest as needed onto *evict; false if it is not cached (the caller unhashes and unmaps it). A
  * record merged into the one before it is freed here: the caller must not touch rec after true. */
 bool mtp__large_cache_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_t **evict) {
-  size_t cap = CACHE_FLOOR + pool->large_bytes / 4;
+  size_t cap = CACHE_FLOOR + pool->large_bytes / 2;
   if (!mtp__large_caches(pool) || rec->map_size > cap) return false;
   /* Poisoned for ASan before it is visible in the cache: once the lock is released another thread
    * may take it and unpoison it for its own use. */
