@@ -3,15 +3,16 @@
  * live blocks written past their end or before their start (small and large), and freed blocks
  * written to, reporting each with its pool, size and address; zero-size requests get distinct
  * addresses that fault on access and free normally (misuse reported); realloc always moves; blocks
- * read as cleared when handed out and when freed; a checked pool's live corrupt block is reported
- * at exit. Errors go to a handler that records them and returns.
+ * read as cleared when handed out and when freed; a write past a block's guards into a block not
+ * handed out (or the slab's guard block) is reported at its free; a checked pool's live corrupt
+ * block is reported at exit. Errors go to a handler that records them and returns.
  */
 #define _GNU_SOURCE
 #include <signal.h>
 
 #include "testhelper.h"
 
-#if defined(TH_ASAN) || defined(__SANITIZE_ADDRESS__)
+#if TH_ASAN
 #define READS_FREED 0 /* AddressSanitizer poisons freed blocks: this test does not peek at them */
 #else
 #define READS_FREED 1
@@ -96,6 +97,38 @@ static void test_live_overflow_and_underflow(void) {
   reset();
   mtp_pool_destroy(pool); /* destroy verifies: the three are still there */
   CHECK(seen.n == 3);
+}
+
+/* A write past a block's guards into the block above it, not handed out yet, or before a slab's
+ * first block into the guard block kept below it, is reported at the block's free, and once. */
+static void test_neighbours(void) {
+#if READS_FREED /* the writes land in memory AddressSanitizer poisons */
+  mtp_pool_t *pool = th_pool("dbg-near", 250, 1);
+  char *a = mtp_pool_alloc(pool, 8); /* a 32-byte block: 16 guard, 8, canary, footer */
+  CHECK(a != NULL);
+  reset();
+  poke(a, 39, 'o'); /* 32 bytes past its end: in the next block, not handed out */
+  CHECK(mtp_pool_check(pool) == 0); /* a's own guards are intact */
+  mtp_free(a);
+  CHECK(seen.n == 1 && seen.err == MTP_ERR_OVERFLOW && seen.ptr == a);
+  char *b = mtp_pool_alloc(pool, 8); /* the block written, cleared again when reported */
+  CHECK(b != NULL);
+  mtp_free(b);
+  CHECK(seen.n == 1);
+  mtp_pool_destroy(pool);
+  pool = th_pool("dbg-near-under", 250, 1);
+  char *c = mtp_pool_alloc(pool, 8); /* the slab's first block handed out */
+  CHECK(c != NULL);
+  reset();
+  poke(c, -32, 'u'); /* before its front guard: the guard block */
+  mtp_free(c);
+  CHECK(seen.n == 1 && seen.err == MTP_ERR_OVERFLOW && seen.ptr == c);
+  EXPECT(strstr(seen.msg, "underflow") != NULL, "an underflow: %s", seen.msg);
+  mtp_pool_destroy(pool);
+  CHECK(seen.n == 1);
+#else
+  printf("skipped: the writes land in memory AddressSanitizer poisons\n");
+#endif
 }
 
 static void test_freed_block_cleared_and_verified(void) {
@@ -252,6 +285,7 @@ int main(void) {
   mtp_set_error_handler(record, NULL);
   RUN(test_clean_pool_checks_zero);
   RUN(test_live_overflow_and_underflow);
+  RUN(test_neighbours);
   RUN(test_freed_block_cleared_and_verified);
   RUN(test_zero_size);
   RUN(test_realloc_moves);

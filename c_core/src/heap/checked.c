@@ -13,7 +13,8 @@
  * (so a late write is reported even if the block never leaves the quarantine). A zero-size request
  * gets an address of its own in a reserved inaccessible range (any access faults), freed normally.
  * Found here: double free, foreign and interior pointers, a wrong size to a sized free, a
- * new/delete form mismatch, writes past the requested size or before the block (underflow), writes
+ * new/delete form mismatch, writes past the requested size or before the block (underflow; also
+ * beyond the guards, into a neighbour not handed out or the slab's guard block), writes
  * to a freed block (but not of zero bytes), accesses to a zero-size block. A front end beside the
  * heaps: it calls the pool layer (lock, runs, release, large blocks) and the slab layer.
  * The quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c.
@@ -56,6 +57,14 @@ static void *take_block(mtpi_pool_t *pool, unsigned cls) {
         mtp__pool_release_locked(pool, s, mtp__os_now_ms());
         return NULL;
       }
+      /* every block cleared as a freed one is, and the first kept back as a guard (where the
+       * slab has more than two): a write before the slab's first block handed out, or past the
+       * last, is found at the neighbour's free (mtp__checked_neighbours_broken) */
+      char *st = mtp__page_start(s);
+      mtp__track_peek(st, (size_t)(s->end - st));
+      memset(st, MTP_CHECKED_FREED, (size_t)(s->end - st));
+      mtp__track_unpeek(st, (size_t)(s->end - st));
+      if (s->capacity > 2) mtp__slab_set_bump(s, st + s->block_size);
       pool->checked_current[cls] = s;
     }
     char *b;
@@ -420,7 +429,8 @@ static void checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized, unsig
     } else if (sized && size != req) {
       err = MTP_ERR_WRONG_SIZE;
       what = "wrong size (differs from the size requested)";
-    } else if ((what = mtp__checked_guards_broken(s, b)) != NULL) {
+    } else if ((what = mtp__checked_guards_broken(s, b)) != NULL ||
+               (what = mtp__checked_neighbours_broken(s, b)) != NULL) {
       err = MTP_ERR_OVERFLOW;
     }
   }

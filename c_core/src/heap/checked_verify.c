@@ -142,6 +142,24 @@ const char *mtp__checked_guards_broken(mtpi_desc_t *s, const char *b) {
   return NULL;
 }
 
+const char *mtp__checked_neighbours_broken(mtpi_desc_t *s, const char *b) {
+  char *start = mtp__page_start(s), *bump = mtp__slab_bump(s);
+  size_t bs = s->block_size;
+  for (int side = 0; side < 2; side++) {
+    char *n = (char *)(side == 0 ? b - bs : b + bs);
+    /* only blocks no other check reads: the guard block and those not handed out yet */
+    if (n < start || n + bs > s->end || !(n >= bump || (n == start && s->capacity > 2))) continue;
+    mtp__track_peek(n, bs);
+    bool ok = pattern_from_ok(s, n, 0);
+    if (!ok) memset(n, MTP_CHECKED_FREED, bs - MTP_CHECKED_FOOTER); /* reported once */
+    mtp__track_unpeek(n, bs);
+    if (!ok)
+      return side == 0 ? "buffer overflow (bytes before the block were written: an underflow)"
+                       : "buffer overflow (bytes past the block were written)";
+  }
+  return NULL;
+}
+
 /* Pool lock held. The first freed block of a checked pool that was written to, or NULL. Run at
  * trim and destroy, so a late write into a freed block is reported even if it is never reused. */
 static void *find_corrupt(mtpi_pool_t *pool) {

@@ -50,6 +50,10 @@ bool mtp__checked_link_ok(mtpi_desc_t *s, mtpi_block_t *n);
 bool mtp__checked_pattern_ok(mtpi_desc_t *s, const char *b);
 /* Live block b of s: NULL if its front guard and canary are intact, else what was written. */
 const char *mtp__checked_guards_broken(mtpi_desc_t *s, const char *b);
+/* The blocks beside block b of s (being freed) that no other check reads, the slab's guard block
+ * and those not handed out yet: NULL if each is still cleared, else which side was written (an
+ * overflow or underflow that went past b's guards), the block cleared again (reported once). */
+const char *mtp__checked_neighbours_broken(mtpi_desc_t *s, const char *b);
 
 /* ---- the quarantine (pool lock held) ---- */
 /* Whether pool has its ring (made at the first call); false: no record to be had. */
