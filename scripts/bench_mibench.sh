@@ -22,6 +22,12 @@
 #   --peer NAME=/path/lib.so     one more malloc to preload (NAME begins with its family)
 #   --threads N            the "N" tests' thread count
 #   --out DIR              where mibench.md and mibench.jsonl go (default bench/results)
+#   --security             its security suite instead (bench/security: one heap error a program,
+#                          built small, medium and large), run as bench.sh runs it: 1 s each, caught
+#                          when the program does not get to print NOT_CAUGHT; mtpool twice, by
+#                          default and with MTPOOL_CHECK=1 (mtpool-checked): mibench-security.{md,jsonl};
+#                          heap debuggers as peers: --peer efence=/usr/lib/libefence.so --peer
+#                          duma=/usr/lib/libduma.so (Debian's electric-fence and duma)
 #   --no-build [--mtpool-lib PATH]  build nothing of this tree: the given library (or MTPOOL_MALLOC_LIB)
 # Without --no-build it installs its Debian packages when run as root and builds the Release
 # libmtpool-malloc.so of this tree. Exits non-zero when a program fails or runs on another malloc.
@@ -38,13 +44,15 @@ ALL_TESTS="cfrac espresso barnes alloc-test1 alloc-testN larsonN larsonN-sized x
   rptestN glibc-simple glibc-thread"
 
 src=${MTPOOL_MIBENCH_SRC:-} rev=HEAD peers="" build=1 reps=3 tests="" allocs="" threads=$(nproc) out=""
-usage() { sed -n '2,31p' "$0" >&2; exit 2; }
+security=0
+usage() { sed -n '2,33p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || case $1 in --no-build) ;; *) usage ;; esac
+  [ $# -ge 2 ] || case $1 in --no-build | --security) ;; *) usage ;; esac
   case $1 in
     --src) src=$2; shift ;;
     --rev) rev=$2; shift ;;
     --no-build) build=0 ;;
+    --security) security=1 ;;
     --mtpool-lib) export MTPOOL_LIB_mtpool=$2; shift ;;
     --reps) reps=$2; shift ;;
     --tests) tests=$2; shift ;;
@@ -116,6 +124,43 @@ WHICH=$BUILD/which_malloc.so
 which_glibc_obj "$WHICH"
 
 resolve_allocs
+
+# The security suite (--security): built on its own (its CMake file has no project line), each
+# program run once per allocator as bench.sh runs it, and the results reported.
+if [ $security = 1 ]; then
+  SB=$BUILD/security
+  mkdir -p "$SB/src" "$out"
+  printf 'cmake_minimum_required(VERSION 3.10)\nproject(mibench_security C CXX)\nadd_subdirectory(%s sec)\n' \
+    "$S/bench/security" >"$SB/src/CMakeLists.txt"
+  cmake -S "$SB/src" -B "$SB/bin" -DCMAKE_BUILD_TYPE=Release >"$SB/configure.log" 2>&1 ||
+    { tail -30 "$SB/configure.log"; exit 1; }
+  cmake --build "$SB/bin" -j2 >"$SB/build.log" 2>&1 || { tail -30 "$SB/build.log"; exit 1; }
+  cols=$run_allocs
+  case " $run_allocs " in *" mtpool "*) cols="$cols mtpool-checked" ;; esac
+  raw=$out/mibench-security.jsonl
+  rm -f "$raw"
+  note "security suite: $(find "$SB/bin/sec" -maxdepth 1 -type f -perm -u+x | wc -l) programs; allocators:$cols"
+  for prog in $(find "$SB/bin/sec" -maxdepth 1 -type f -perm -u+x -printf '%f\n' | sort); do
+    for c in $cols; do
+      lib_var="LIB_$(lib_var_name "${c%-checked}")"
+      envs=()
+      [ -n "${!lib_var:-}" ] && envs+=("LD_PRELOAD=${!lib_var}")
+      [ "$c" = mtpool-checked ] && envs+=(MTPOOL_CHECK=1)
+      o=$(cd "$SB" && { timeout 1s env "${envs[@]}" "$SB/bin/sec/$prog" 2>/dev/null | tr -d '\0'; echo "rc=${PIPESTATUS[0]}"; })
+      prc=${o##*rc=}
+      if grep -aq NOT_CAUGHT <<<"$o"; then res=missed; elif [ "$prc" = 124 ]; then res=timeout; else res=caught; fi
+      printf '{"program": "%s", "alloc": "%s", "result": "%s", "rc": %s}\n' "$prog" "$c" "$res" "$prc" >>"$raw"
+    done
+  done
+  elapsed=$(( $(date +%s) - t_start ))
+  mt_lib=${LIB_mtpool:-}
+  python3 "$ROOT/bench/mibench/report.py" --security --in "$raw" --out "$out" --elapsed "$elapsed" \
+    --machine "$(machine_line)" --skipped "$skipped" --origin "$origin" \
+    --versions "$(malloc_versions "$run_allocs")" \
+    --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}"
+  note "done in ${elapsed} s: $out/mibench-security.md"
+  exit 0
+fi
 
 # cmd_of TEST: CMD (array) and IN, as mimalloc-bench's bench.sh runs it, N = $threads.
 cmd_of() {

@@ -7,6 +7,9 @@ every process ran on the malloc it was given) and writes mibench.md: per test, t
 the repetitions (wall seconds, or the relative time bench.sh derives from the count) with its
 ratio to the best allocator, and the median peak RSS with its ratio to glibc's; the geometric means
 of both over the tests. Exits 1 when a run failed or ran on another malloc.
+
+With --security: the security suite's lines (program, allocator, result: caught, missed or timeout)
+into mibench-security.md, the count each allocator caught and every program's result.
 """
 import argparse
 import os
@@ -47,14 +50,56 @@ ABOUT = {
 FIXED_TIME = {"larsonN", "larsonN-sized", "xmalloc-testN", "rptestN", "glibc-thread"}
 
 
+SECURITY_LABELS = dict(common.PRELOAD_LABELS, **{"mtpool-checked": "mtpool, MTPOOL_CHECK=1",
+                                                  "efence": "Electric Fence", "duma": "DUMA"})
+
+
+def security(a, rows):
+    """mibench-security.md from the security suite's lines."""
+    allocs = common.order_by(SECURITY_LABELS, {r["alloc"] for r in rows})
+    if "mtpool-checked" in allocs and "mtpool" in allocs:  # beside mtpool
+        allocs.remove("mtpool-checked")
+        allocs.insert(allocs.index("mtpool") + 1, "mtpool-checked")
+    progs = sorted({r["program"] for r in rows})
+    res = {(r["program"], r["alloc"]): r["result"] for r in rows}
+    label = lambda al: SECURITY_LABELS.get(al, al)  # noqa: E731
+    md = ["# mimalloc-bench's security suite", "",
+          "Written by `scripts/bench_mibench.sh --security`; raw lines in `mibench-security.jsonl`. The "
+          "security programs of [mimalloc-bench](https://github.com/daanx/mimalloc-bench) (others' code, "
+          f"built from {a.origin or 'its sources'}: one heap error each, at 8 B, 4 KiB and 256 KiB), "
+          "each allocator through `LD_PRELOAD` (glibc: none), run as its `bench.sh` runs them: 1 s "
+          "each, caught when the program does not get to print NOT_CAUGHT (an abort, a fault, or a "
+          "property it checks holding). The project's own suite is `tests/security` "
+          "([security.md](security.md)).", ""]
+    md += common.run_notes(a.machine, a.mtpool_lib, a.skipped, a.versions)
+    md += [f"Run: once each, {a.elapsed // 60} min {a.elapsed % 60} s in all.", ""]
+    md.append(common.table(
+        "Caught", ["caught", "timed out"],
+        [(label(al), [f"{sum(res.get((p, al)) == 'caught' for p in progs)} of {len(progs)}",
+                      str(sum(res.get((p, al)) == 'timeout' for p in progs))]) for al in allocs],
+        "A program that runs past 1 s is not counted as caught."))
+    mark = {"caught": "caught", "missed": "–", "timeout": "timeout"}
+    md += ["### Each program", "", "| program | " + " | ".join(label(al) for al in allocs) + " |",
+           "|---|" + "---|" * len(allocs)]
+    md += [f"| {p} | " + " | ".join(mark.get(res.get((p, al)), "?") for al in allocs) + " |"
+           for p in progs] + [""]
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "mibench-security.md"), "w") as f:
+        f.write("\n".join(md))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     for opt in ("in", "out", "machine", "skipped", "versions", "mtpool-lib", "origin"):
         ap.add_argument("--" + opt, default="")
     for opt in ("elapsed", "reps", "threads"):
         ap.add_argument("--" + opt, type=int, default=0)
+    ap.add_argument("--security", action="store_true")
     a = ap.parse_args()
     rows = common.read_jsonl(a.__dict__["in"])
+    if a.security:
+        return security(a, rows)
     bad = [r for r in rows if r.get("failed") or r.get("rc") or not r.get("on_malloc_given", True)]
     tests = []
     times, rss = defaultdict(list), defaultdict(list)
