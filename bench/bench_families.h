@@ -20,10 +20,13 @@
 #include <dlfcn.h>
 #include <malloc.h>
 
+#include "tools/malloc_name.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <memory_resource>
 #include <string>
@@ -96,8 +99,11 @@ inline const char *malloc_trim_all() {
   return "malloc_trim(0)";
 }
 
-// Name of the malloc actually serving this process (for reports).
+// Name of the malloc actually serving this process (for reports). The driver links mtpool's core,
+// so mtpool's symbols say nothing here: its drop-in is told by the object that defines malloc.
 inline const char *malloc_in_use() {
+  const char *obj = malloc_object();
+  if (obj != nullptr && std::strstr(obj, "libmtpool-malloc") != nullptr) return "mtpool";
   if (dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory")) return "tcmalloc";
   if (dlsym(RTLD_DEFAULT, "mallctl")) return "jemalloc";
   if (dlsym(RTLD_DEFAULT, "mi_collect")) return "mimalloc";

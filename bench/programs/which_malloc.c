@@ -14,31 +14,11 @@
 
 #include "../tools/malloc_name.h"
 
-/* The first loaded object, in the global lookup order (the executable, the preloaded libraries,
- * then the others as loaded), that defines malloc: the one the program's calls bind to.
- * dlsym(RTLD_DEFAULT, "malloc") will not do: in an executable that takes malloc's address (e.g.
- * Debian's python3) it returns the executable's PLT entry. So each library is asked on its own
- * (dlopen RTLD_NOLOAD) whether its malloc is its own. */
-static int first_definer(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  const char **found = data;
-  if (!info->dlpi_name || !*info->dlpi_name) return 0; /* the executable, or the vDSO */
-  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
-  if (!h) return 0;
-  void *m = dlsym(h, "malloc");
-  Dl_info di;
-  int own = m && dladdr(m, &di) && di.dli_fname && !strcmp(di.dli_fname, info->dlpi_name);
-  dlclose(h);
-  if (!own) return 0;
-  *found = info->dlpi_name;
-  return 1;
-}
-
 __attribute__((constructor)) static void which_malloc(void) {
   const char *log = getenv("MTPOOL_WHICH_LOG");
   if (!log || !*log) return;
-  const char *obj = "?";
-  dl_iterate_phdr(first_definer, &obj);
+  const char *obj = malloc_object();
+  if (obj == NULL) obj = "?";
   char exe[512];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = '\0';
