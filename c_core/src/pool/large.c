@@ -80,6 +80,30 @@ static size_t own_length(const mtpi_pool_t *pool, int own, size_t map_size) {
   return r < map_size ? map_size : r;
 }
 
+/* [m, m + len), mapped for one block: advised as `own` says (NONE and JUDGE: no advice yet). */
+static void advise_own(void *m, size_t len, int own) {
+  if (own == MTP_OWN_HUGE || own == MTP_OWN_NEVER) (void)mtp__os_huge_advise(m, len, own == MTP_OWN_HUGE);
+}
+
+/* rec (its pool set, in no list nor the hash) takes the range [m, m + map_size) for a block of
+ * size bytes: filed in the hash under `origin` (0: a mapping of its own, a new origin) and made
+ * LIVE; judged by its use on the purge passes where `own` is JUDGE and the caller can wake the
+ * purger (judge: then set). */
+static void go_live(mtpi_large_t *rec, void *m, size_t map_size, size_t size, uint64_t origin, int own,
+                    bool *judge) {
+  rec->ptr = rec->map = m;
+  rec->map_size = map_size;
+  pthread_mutex_lock(&mtp__large_lock);
+  rec->origin = origin != 0 ? origin : ++mtp__large_origin_count;
+  mtp__large_hash_insert(rec);
+  make_live(rec->pool, rec, size);
+  if (own == MTP_OWN_JUDGE && judge != NULL) {
+    mtp__large_judge_start(rec->pool, rec);
+    *judge = true;
+  }
+  pthread_mutex_unlock(&mtp__large_lock);
+}
+
 /* A range mapped for one block, advised as mtp__large_own_huge says (*own): aligned to the huge
  * page size where it is or may be huge, so that its first bytes are in a whole huge page too;
  * *size: the block's page-rounded bytes, on return the range's (own_length). */
@@ -89,8 +113,7 @@ static void *map_own(mtpi_pool_t *pool, size_t *size, size_t alignment, int *own
   size_t hsize = mtp__os_huge_page_size();
   if (*own > MTP_OWN_NONE && alignment < hsize) alignment = hsize;
   void *m = mtp__os_map(*size, alignment);
-  if (m != NULL && (*own == MTP_OWN_HUGE || *own == MTP_OWN_NEVER))
-    (void)mtp__os_huge_advise(m, *size, *own == MTP_OWN_HUGE);
+  if (m != NULL) advise_own(m, *size, *own);
   return m;
 }
 
@@ -120,20 +143,9 @@ static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size
     (void)mtp__large_unmap_rec(rec);
     return NULL;
   }
-  if (own == MTP_OWN_HUGE || own == MTP_OWN_NEVER)
-    (void)mtp__os_huge_advise(m, map_size, own == MTP_OWN_HUGE);
+  advise_own(m, map_size, own);
   if (zero) memset(m, 0, size < old_size ? size : old_size); /* the grown tail is fresh: zero */
-  rec->ptr = rec->map = m;
-  rec->map_size = map_size;
-  pthread_mutex_lock(&mtp__large_lock);
-  rec->origin = ++mtp__large_origin_count; /* a mapping of its own now */
-  mtp__large_hash_insert(rec);
-  make_live(pool, rec, size);
-  if (own == MTP_OWN_JUDGE && judge != NULL) {
-    mtp__large_judge_start(pool, rec);
-    *judge = true;
-  }
-  pthread_mutex_unlock(&mtp__large_lock);
+  go_live(rec, m, map_size, size, 0, own, judge); /* a mapping of its own now */
   return m;
 }
 
@@ -186,18 +198,8 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
     return NULL;
   }
   if (pool->check) memset((char *)m + size, CANARY, map_size - size);
-  rec->ptr = rec->map = m;
-  rec->map_size = map_size;
   rec->pool = pool;
-  pthread_mutex_lock(&mtp__large_lock);
-  rec->origin = origin != 0 ? origin : ++mtp__large_origin_count;
-  mtp__large_hash_insert(rec);
-  make_live(pool, rec, size);
-  if (own == MTP_OWN_JUDGE) {
-    mtp__large_judge_start(pool, rec);
-    *judge = true;
-  }
-  pthread_mutex_unlock(&mtp__large_lock);
+  go_live(rec, m, map_size, size, origin, own, judge);
   return m;
 }
 
