@@ -74,12 +74,7 @@ t_start=$(date +%s)
 if [ $build = 1 ]; then
   BENCH_PACKAGES=$GP_PACKAGES bench_install_deps
   # The project's drop-in malloc, Release, in a build tree of its own.
-  mkdir -p "$BUILD"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_TESTS=OFF \
-    -DMTPOOL_BUILD_EXAMPLES=OFF >"$BUILD/gp-configure.log" 2>&1 ||
-    { tail -30 "$BUILD/gp-configure.log"; exit 1; }
-  cmake --build "$BUILD" -j2 --target mtpool_malloc >"$BUILD/gp-build.log" 2>&1 ||
-    { tail -30 "$BUILD/gp-build.log"; exit 1; }
+  build_dropin "$BUILD" gp
   # The driver: plain C, warnings as errors, no allocator linked in.
   driver=$BUILD/gp_bench
   # this tree's library, unless one was given

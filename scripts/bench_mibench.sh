@@ -77,11 +77,7 @@ t_start=$(date +%s)
 [ $build = 1 ] && BENCH_PACKAGES=$MIB_PACKAGES bench_install_deps
 mkdir -p "$BUILD"
 if [ $build = 1 ]; then
-  cmake -S "$ROOT" -B "$BUILD/mtpool" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_TESTS=OFF \
-    -DMTPOOL_BUILD_EXAMPLES=OFF >"$BUILD/mtpool-configure.log" 2>&1 ||
-    { tail -30 "$BUILD/mtpool-configure.log"; exit 1; }
-  cmake --build "$BUILD/mtpool" -j2 --target mtpool_malloc >"$BUILD/mtpool-build.log" 2>&1 ||
-    { tail -30 "$BUILD/mtpool-build.log"; exit 1; }
+  build_dropin "$BUILD/mtpool" mtpool
   export MTPOOL_LIB_mtpool=${MTPOOL_LIB_mtpool:-${MTPOOL_MALLOC_LIB:-$BUILD/mtpool/malloc/libmtpool-malloc.so}}
 fi
 

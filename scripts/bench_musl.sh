@@ -52,11 +52,7 @@ mkdir -p "$BUILD" "$out"
 for libc in musl glibc; do
   tc=()
   [ $libc = musl ] && tc=(-DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/toolchains/musl.cmake")
-  cmake -S "$ROOT" -B "$BUILD/$libc" "${tc[@]}" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_TESTS=OFF \
-    -DMTPOOL_BUILD_EXAMPLES=OFF >"$BUILD/$libc-configure.log" 2>&1 ||
-    { tail -30 "$BUILD/$libc-configure.log"; exit 1; }
-  cmake --build "$BUILD/$libc" -j2 --target mtpool_malloc >"$BUILD/$libc-build.log" 2>&1 ||
-    { tail -30 "$BUILD/$libc-build.log"; exit 1; }
+  build_dropin "$BUILD/$libc" "$libc" "${tc[@]}"
 done
 flags=(-O2 -std=c11 -Wall -Wextra -Wshadow -Wconversion -Werror -pthread)
 musl-gcc "${flags[@]}" -o "$BUILD/gp_bench_musl" "$ROOT/bench/gp/gp_bench.c"

@@ -111,11 +111,7 @@ tools=$BUILD/programs-tools
 mkdir -p "$tools"
 if [ $build = 1 ]; then
   # The project's drop-in malloc, Release, in a build tree of its own (as scripts/bench_gp.sh).
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_TESTS=OFF \
-    -DMTPOOL_BUILD_EXAMPLES=OFF >"$BUILD/programs-configure.log" 2>&1 ||
-    { tail -30 "$BUILD/programs-configure.log"; exit 1; }
-  cmake --build "$BUILD" -j2 --target mtpool_malloc >"$BUILD/programs-build.log" 2>&1 ||
-    { tail -30 "$BUILD/programs-build.log"; exit 1; }
+  build_dropin "$BUILD" programs
   export MTPOOL_LIB_mtpool=${MTPOOL_LIB_mtpool:-${MTPOOL_MALLOC_LIB:-$BUILD/malloc/libmtpool-malloc.so}}
 fi
 # The measuring wrapper, the check preloaded into every process, and the start-up program: plain
