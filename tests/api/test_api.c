@@ -229,6 +229,53 @@ static void test_misuse_default_mode(void) {
   mtp_set_error_handler(NULL, NULL);
 }
 
+/* mtp_check_range: a range within one live block passes, one past its end or before its start,
+ * or in a freed block of a checked pool, is reported; addresses outside the heap pass. */
+static int range_err(const void *p, size_t n) {
+  err_count = 0;
+  int r = mtp_check_range(p, n);
+  CHECK(r == (err_count ? last_err : 0)); /* the code returned is the one reported */
+  return r;
+}
+
+static void test_check_range(void) {
+  mtp_set_error_handler(record, NULL);
+  int stack_var[4];
+  CHECK(range_err(stack_var, sizeof stack_var) == 0);
+  CHECK(range_err(NULL, 8) == 0);
+  /* default mode: a block's usable bytes; small, medium (a run, and inside it), large */
+  size_t sizes[] = {40, 3000, (size_t)128 << 10, (size_t)4 << 20};
+  for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    char *p = mtp_alloc(sizes[i]);
+    size_t u = mtp_usable_size(p);
+    CHECK(range_err(p, u) == 0);
+    CHECK(range_err(p + 8, u - 8) == 0);
+    CHECK(range_err(p, 0) == 0);
+    CHECK(range_err(p, u + 1) == MTP_ERR_OVERFLOW && last_ptr == p);
+    if (i < 3) CHECK(range_err(p + 8, u) == MTP_ERR_OVERFLOW); /* known from inside too */
+    mtp_free(p);
+  }
+  /* checked pool: the requested bytes, its front guard, a freed block, a zero-size block, and a
+   * large block (known by its start) */
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.check = 1;
+  mtp_pool_t *pool = mtp_pool_create(&o);
+  CHECK(pool != NULL);
+  char *p = mtp_pool_alloc(pool, 24), *z = mtp_pool_alloc(pool, 0), *big = mtp_pool_alloc(pool, 100000);
+  CHECK(range_err(p, 24) == 0 && range_err(p + 23, 1) == 0);
+  CHECK(range_err(p, 25) == MTP_ERR_OVERFLOW);
+  CHECK(range_err(p - 1, 4) == MTP_ERR_OVERFLOW);
+  CHECK(range_err(z, 1) == MTP_ERR_OVERFLOW);
+  CHECK(range_err(big, 100000) == 0 && range_err(big, 100001) == MTP_ERR_OVERFLOW);
+  mtp_free(p);
+  CHECK(range_err(p, 1) == MTP_ERR_USE_AFTER_FREE);
+  mtp_free(z);
+  mtp_free(big);
+  mtp_pool_destroy(pool);
+  mtp_set_error_handler(NULL, NULL);
+}
+
 /* Frees leave errno as they found it, as the C library's free does, on every path: the fast
  * ones, a slab going back with a purge (delay 0), a large block, and reports through a handler
  * that itself sets errno. */
@@ -359,6 +406,7 @@ int main(int argc, char **argv) {
   RUN(test_print_stats_escapes_name);
   RUN(test_misuse_default_mode);
   RUN(test_free_keeps_errno);
+  RUN(test_check_range);
   RUN(test_default_handler_aborts);
   RUN(test_exit_scan);
   test_env_options(argv[0]);

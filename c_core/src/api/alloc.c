@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/os.h"
 #include "heap/heap.h"
 
 const char *mtp_version(void) {
@@ -347,6 +348,37 @@ mtp_pool_t *mtp_pool_of(const void *p) {
   size_t n;
   if (p == NULL || !lookup(p, &n, &pool, NULL)) return NULL;
   return mtp__pool_out(pool);
+}
+
+int mtp_check_range(const void *p, size_t n) {
+  if (p == NULL || n == 0) return 0;
+  const char *c = (const char *)p, *b = NULL, *what = "overflow (an access past the end of a block)";
+  size_t usable = 0;
+  int err = 0;
+  uintptr_t u = (uintptr_t)p;
+  if (mtp__is_region_ptr(u)) {
+    mtpi_desc_t *s = mtp__run_of(u);
+    char *start = mtp__page_start(s);
+    if (s->kind == MTP_PAGE_SLAB && s->checked) {
+      err = mtp__checked_range(s, c, n, &what);
+    } else if (s->kind == MTP_PAGE_SLAB && c < s->end) { /* the block's bytes, all usable */
+      b = start + (size_t)(c - start) / s->block_size * s->block_size;
+      usable = s->block_size;
+    } else if (s->kind == MTP_PAGE_MEDIUM && mtp__load_relaxed(&s->thread_free) == 0) {
+      b = start;
+      usable = mtp__medium_usable(s);
+    } else if (s->kind == MTP_PAGE_PACKED && mtp__packed_lookup(s, p, &usable)) {
+      b = c; /* a packed block is known by its start only */
+    }
+  } else if (mtp__checked_zero_lookup(p, NULL)) {
+    err = MTP_ERR_OVERFLOW;
+    what = "overflow (an access to a zero-size block)";
+  } else if ((u & (mtp__os_page_size() - 1)) == 0 && mtp__large_lookup(p, &usable, NULL)) {
+    b = c; /* a large block is known by its start only (page-aligned: others take no lock) */
+  }
+  if (b != NULL && n > usable - (size_t)(c - b)) err = MTP_ERR_OVERFLOW;
+  if (err != 0) mtp__error(err, what, p);
+  return err;
 }
 
 /* Up to this size a block that realloc moves becomes a medium block, above it a large one (why:

@@ -520,6 +520,37 @@ bool mtp__checked_lookup(mtpi_desc_t *s, const void *p, size_t *usable) {
   return b != NULL;
 }
 
+int mtp__checked_range(mtpi_desc_t *s, const char *p, size_t n, const char **what) {
+  mtpi_pool_t *pool = mtp__pool_of_page(s);
+  int err = 0;
+  mtp__pool_lock(pool);
+  char *start = mtp__page_start(s);
+  /* checked again under the lock: the slab may have been released since the caller looked */
+  if (s->kind == MTP_PAGE_SLAB && s->checked && p >= start && p < s->end) {
+    size_t i = (size_t)(p - start) / s->block_size;
+    char *b = start + i * s->block_size;
+    if (b >= mtp__slab_bump(s) || (i == 0 && s->capacity > 2)) {
+      err = MTP_ERR_OVERFLOW;
+      *what = "overflow (an access to a slab's guard block or a block not handed out)";
+    } else if (!mtp__checked_bit_get(s->check_bits, (uint32_t)i)) {
+      err = MTP_ERR_USE_AFTER_FREE;
+      *what = "use after free (an access to a freed block)";
+    } else {
+      size_t usable;
+      const char *user = mtp__checked_user(s, b, &usable);
+      if (p < user) {
+        err = MTP_ERR_OVERFLOW;
+        *what = "overflow (an access before the start of a block)";
+      } else if (n > usable - (size_t)(p - user)) {
+        err = MTP_ERR_OVERFLOW;
+        *what = "overflow (an access past the end of a block)";
+      }
+    }
+  }
+  if (mtp__pool_unlock(pool)) mtp__purger_wake();
+  return err;
+}
+
 void *mtp__checked_user(mtpi_desc_t *s, void *b, size_t *usable) {
   uint32_t f = *mtp__checked_footer(s, b);
   *usable = f & MTP_CHECKED_SIZE_MASK;

@@ -184,6 +184,9 @@ void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized);
 /* Whether p is the user's address of a live block of checked slab s; *usable: its requested
  * size. Takes the pool lock. */
 bool mtp__checked_lookup(mtpi_desc_t *s, const void *p, size_t *usable);
+/* Whether the n bytes from p, an address in checked slab s, lie within a live block's requested
+ * bytes: 0, or an MTP_ERR_* code and *what says how they do not. Takes the pool lock. */
+int mtp__checked_range(mtpi_desc_t *s, const char *p, size_t n, const char **what);
 /* Pool lock held, b the start of a live block of checked slab s: the user's address and size. */
 void *mtp__checked_user(mtpi_desc_t *s, void *b, size_t *usable);
 /* Pool destroy: drop the quarantine's record (its blocks go with the pool). */
