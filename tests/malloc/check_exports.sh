@@ -2,7 +2,7 @@
 # libmtpool-malloc.so exports exactly the allocation functions (C and C++) and mtp_*, every one
 # unversioned, with default visibility; nothing internal leaks; and it needs no library but the C
 # library (loading libstdc++, libgcc_s and libm with it doubles a small program's start-up faults).
-# Usage: check_exports.sh LIB [glibc|musl]
+# Usage: check_exports.sh LIB [glibc|glibc-debug|musl]
 # (musl: musl's own allocation functions, C23's free_sized and mtp_*; no glibc extra, no C++).
 set -eu
 lib=$1
@@ -10,6 +10,7 @@ libc=${2:-glibc}
 syms=$(nm -D --defined-only "$lib" | awk '{print $3}')
 case $libc in
   glibc) ;;
+  glibc-debug) ;; # libmtpool-debug.so: the copies it checks too, and none of them tail-called
   musl) ;;
   *) echo "check_exports.sh: unknown C library '$libc' (glibc or musl)" >&2; exit 2 ;;
 esac
@@ -27,6 +28,14 @@ if [ "$libc" = musl ]; then
 malloc_usable_size free_sized free_aligned_sized mtp_alloc mtp_free mtp_realloc mtp_pool_of"
 fi
 fail=0
+if [ "$libc" = glibc-debug ]; then
+  want="$want memcpy memmove memset __memcpy_chk __memmove_chk __memset_chk"
+  if objdump -d --no-show-raw-insn "$lib" |
+    grep -E "jmp +[0-9a-f]+ <(memcpy|memmove|memset|__mem(cpy|move|set)_chk)(@plt)?>"; then
+    echo "a copy tail-called inside the library (checked_copy.c would check mtpool's own copy)"
+    fail=1
+  fi
+fi
 for s in $want; do
   echo "$syms" | grep -qx "$s" || { echo "not exported: $s"; fail=1; }
 done

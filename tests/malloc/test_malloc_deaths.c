@@ -61,6 +61,29 @@ static int child(const char *what) {
     free((void *)a);
     a[20] = 'W';
     for (int i = 0; i < 100; i++) sink = malloc(40);
+  } else if (strncmp(what, "copy_", 5) == 0) { /* under libmtpool-debug.so */
+    static char src[64];
+    char *a = malloc(40), *b = malloc(40);
+    /* the report names the address the copy began at: for copy_under, one before the block */
+    printf("PTR %p\n", (void *)((uintptr_t)a - (strcmp(what, "copy_under") == 0)));
+    fflush(stdout);
+    memcpy(b, src, 40);    /* within: no report */
+    memmove(b + 1, b, 39); /* overlapping, within */
+    memset(b, 1, 40);
+    if (strcmp(what, "copy_over") == 0) memcpy(a, src, 41);
+    if (strcmp(what, "copy_under") == 0) memcpy((char *)((uintptr_t)a - 1), src, 8);
+    if (strcmp(what, "copy_set_over") == 0) memset(a, 0, 48);
+    if (strcmp(what, "copy_read_over") == 0) memcpy(src, a, 48);
+    if (strcmp(what, "copy_freed") == 0) {
+      free(a);
+      memcpy(a, src, 8);
+    }
+    if (strcmp(what, "copy_within") == 0) {
+      memcpy(a, src, 40);
+      free(a);
+      free(b);
+      return 0;
+    }
   } else {
     return 2;
   }
@@ -93,7 +116,38 @@ static int expect(char *self, const char *what, const char *check, const char *m
   return expect_env(self, what, env, message, NULL, NULL);
 }
 
+/* Under libmtpool-debug.so (path lib): copies past a block, before it, out of it and into a freed
+ * one end by the report when they happen; copies within do not. */
+static int debug_copies(char *self, const char *lib) {
+  char pre[4096];
+  snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
+  const char *env[] = {pre, NULL};
+  const char *end = "mtpool: buffer overflow: overflow (an access past the end of a block)";
+  int ok = 1;
+  ok &= expect_env(self, "copy_over", env, end, NULL, NULL);
+  ok &= expect_env(self, "copy_set_over", env, end, NULL, NULL);
+  ok &= expect_env(self, "copy_read_over", env, end, NULL, NULL);
+  ok &= expect_env(self, "copy_under", env,
+                   "mtpool: buffer overflow: overflow (an access before the start of a block)", NULL,
+                   NULL);
+  char *argv[] = {self, "copy_within", NULL};
+  th_proc_t pr;
+  CHECK(th_run_self(argv, env, 60, &pr) == 0);
+  int clean = WIFEXITED(pr.status) && WEXITSTATUS(pr.status) == 0;
+  if (!clean) fprintf(stderr, "copy_within: status %d, stderr:\n%s\n", pr.status, pr.err ? pr.err : "");
+  ok &= clean;
+  th_proc_free(&pr);
+  ok &= expect_env(self, "copy_freed", env,
+                   "mtpool: use after free: use after free (an access to a freed block)", NULL, NULL);
+  return ok;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "--debug") == 0) {
+    int ok = debug_copies(argv[0], argv[2]);
+    printf("%s\n", ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+  }
   if (argc > 1) return child(argv[1]);
   (void)mu_sym("mtp_pool_visit"); /* fails unless malloc is mtpool's */
   int ok = 1;

@@ -5,6 +5,12 @@
 
 #include "base.h"
 
+/* The default pool's checked mode when MTPOOL_CHECK is not set: on in libmtpool-debug.so, whose
+ * build compiles this file alone again with MTPOOL_CHECK_DEFAULT=1. */
+#ifndef MTPOOL_CHECK_DEFAULT
+#define MTPOOL_CHECK_DEFAULT 0
+#endif
+
 void mtp_options_init(mtp_options_t *opt) {
   if (opt == NULL) return;
   opt->name = NULL;
@@ -25,6 +31,7 @@ static bool env_long(const char *name, long *out) {
 
 void mtp__options_from_env(mtp_options_t *opt) {
   long v;
+  opt->check = MTPOOL_CHECK_DEFAULT;
   const char *name = getenv("MTPOOL_NAME");
   if (name && *name) opt->name = name;
   if (env_long("MTPOOL_PURGE_DELAY_MS", &v)) opt->purge_delay_ms = v;

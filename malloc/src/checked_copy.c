@@ -1,0 +1,127 @@
+/* libmtpool-debug.so's checked copies: memcpy, memmove and memset (and their _FORTIFY_SOURCE
+ * forms) check with mtp_check_range that the bytes they write, and those they read, lie within
+ * one live block, then call the C library's. A copy past a block's end or before its start, or
+ * into a freed block, is reported when it happens, not at the block's free. Only in the debugging
+ * library: in libmtpool-malloc.so every copy of every program would pay for the check.
+ *
+ * mtpool's own copies (the core filling and moving its blocks, under its locks) are not checked:
+ * a call from this library's own code goes straight to the C library's function. That test reads
+ * the return address, so no function of the library may tail-call these (test debug_copy_calls).
+ * The C library's functions are found at load (dlsym, RTLD_NEXT); a copy before that, from the
+ * loader's own mallocs, is done a byte at a time. glibc only. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mtpool/mtpool.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len);
+EXPORT void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len);
+EXPORT void *__memset_chk(void *dst, int c, size_t n, size_t dst_len);
+extern void __chk_fail(void) __attribute__((noreturn));
+
+typedef void *(*copy_fn)(void *, const void *, size_t);
+typedef void *(*set_fn)(void *, int, size_t);
+
+/* Written by load() (the constructor, or the first copy): each writer stores the same values, so
+ * relaxed order is enough; a reader that sees NULL copies bytewise. */
+static copy_fn real_memcpy, real_memmove;
+static set_fn real_memset;
+static uintptr_t text_lo, text_hi; /* this library's executable segment */
+
+static int find_text(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t me = (uintptr_t)arg;
+  for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && me >= lo && me < hi) {
+      __atomic_store_n(&text_lo, lo, __ATOMIC_RELAXED);
+      __atomic_store_n(&text_hi, hi, __ATOMIC_RELAXED);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+__attribute__((constructor(101))) static void load(void) {
+  dl_iterate_phdr(find_text, (void *)(uintptr_t)&find_text);
+  __atomic_store_n(&real_memcpy, (copy_fn)dlsym(RTLD_NEXT, "memcpy"), __ATOMIC_RELAXED);
+  __atomic_store_n(&real_memmove, (copy_fn)dlsym(RTLD_NEXT, "memmove"), __ATOMIC_RELAXED);
+  __atomic_store_n(&real_memset, (set_fn)dlsym(RTLD_NEXT, "memset"), __ATOMIC_RELAXED);
+}
+
+/* Whether the call came from mtpool itself (or load() has not run: nothing to check with yet). */
+static inline int from_inside(const void *ret) {
+  uintptr_t r = (uintptr_t)ret, hi = __atomic_load_n(&text_hi, __ATOMIC_RELAXED);
+  return hi == 0 || (r >= __atomic_load_n(&text_lo, __ATOMIC_RELAXED) && r < hi);
+}
+
+/* The byte-at-a-time forms, for copies before load(): volatile, so that the compiler does not
+ * turn them back into calls of memcpy or memset. */
+static void *bytes_move(void *dst, const void *src, size_t n) {
+  volatile unsigned char *d = dst;
+  const volatile unsigned char *s = src;
+  if ((uintptr_t)d < (uintptr_t)s)
+    for (size_t i = 0; i < n; i++) d[i] = s[i];
+  else
+    for (size_t i = n; i-- > 0;) d[i] = s[i];
+  return dst;
+}
+static void *bytes_set(void *dst, int c, size_t n) {
+  volatile unsigned char *d = dst;
+  for (size_t i = 0; i < n; i++) d[i] = (unsigned char)c;
+  return dst;
+}
+
+static void *do_copy(copy_fn *real, void *dst, const void *src, size_t n) {
+  copy_fn f = __atomic_load_n(real, __ATOMIC_RELAXED);
+  return f != NULL ? f(dst, src, n) : bytes_move(dst, src, n);
+}
+static void *do_set(void *dst, int c, size_t n) {
+  set_fn f = __atomic_load_n(&real_memset, __ATOMIC_RELAXED);
+  return f != NULL ? f(dst, c, n) : bytes_set(dst, c, n);
+}
+
+/* A reported copy is not done (the misuse handler's contract: the operation is abandoned). */
+static int copy_ok(void *dst, const void *src, size_t n) {
+  return mtp_check_range(dst, n) == 0 && mtp_check_range(src, n) == 0;
+}
+
+EXPORT __attribute__((noinline)) void *memcpy(void *dst, const void *src, size_t n) {
+  if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
+  return do_copy(&real_memcpy, dst, src, n);
+}
+
+EXPORT __attribute__((noinline)) void *memmove(void *dst, const void *src, size_t n) {
+  if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
+  return do_copy(&real_memmove, dst, src, n);
+}
+
+EXPORT __attribute__((noinline)) void *memset(void *dst, int c, size_t n) {
+  if (!from_inside(__builtin_return_address(0)) && mtp_check_range(dst, n) != 0) return dst;
+  return do_set(dst, c, n);
+}
+
+/* _FORTIFY_SOURCE's forms: the compiler's bound first, as the C library's do. */
+EXPORT __attribute__((noinline)) void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len) {
+  if (n > dst_len) __chk_fail();
+  if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
+  return do_copy(&real_memcpy, dst, src, n);
+}
+
+EXPORT __attribute__((noinline)) void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len) {
+  if (n > dst_len) __chk_fail();
+  if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
+  return do_copy(&real_memmove, dst, src, n);
+}
+
+EXPORT __attribute__((noinline)) void *__memset_chk(void *dst, int c, size_t n, size_t dst_len) {
+  if (n > dst_len) __chk_fail();
+  if (!from_inside(__builtin_return_address(0)) && mtp_check_range(dst, n) != 0) return dst;
+  return do_set(dst, c, n);
+}
