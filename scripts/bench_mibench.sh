@@ -25,7 +25,8 @@
 #   --security             its security suite instead (bench/security: one heap error a program,
 #                          built small, medium and large), run as bench.sh runs it: 1 s each, caught
 #                          when the program does not get to print NOT_CAUGHT; mtpool twice, by
-#                          default and with MTPOOL_CHECK=1 (mtpool-checked): mibench-security.{md,jsonl};
+#                          default and with MTPOOL_CHECK=1 (mtpool-checked), and libmtpool-debug.so
+#                          where it lies beside the drop-in (mtpool-debug): mibench-security.{md,jsonl};
 #                          heap debuggers as peers: --peer efence=/usr/lib/libefence.so --peer
 #                          duma=/usr/lib/libduma.so (Debian's electric-fence and duma)
 #   --no-build [--mtpool-lib PATH]  build nothing of this tree: the given library (or MTPOOL_MALLOC_LIB)
@@ -77,7 +78,7 @@ t_start=$(date +%s)
 [ $build = 1 ] && BENCH_PACKAGES=$MIB_PACKAGES bench_install_deps
 mkdir -p "$BUILD"
 if [ $build = 1 ]; then
-  build_dropin "$BUILD/mtpool" mtpool
+  DROPIN_TARGETS=$([ $security = 1 ] && echo mtpool_debug) build_dropin "$BUILD/mtpool" mtpool
   export MTPOOL_LIB_mtpool=${MTPOOL_LIB_mtpool:-${MTPOOL_MALLOC_LIB:-$BUILD/mtpool/malloc/libmtpool-malloc.so}}
 fi
 
@@ -132,7 +133,12 @@ if [ $security = 1 ]; then
     { tail -30 "$SB/configure.log"; exit 1; }
   cmake --build "$SB/bin" -j2 >"$SB/build.log" 2>&1 || { tail -30 "$SB/build.log"; exit 1; }
   cols=$run_allocs
-  case " $run_allocs " in *" mtpool "*) cols="$cols mtpool-checked" ;; esac
+  # mtpool's checked mode, and its heap debugger where it lies beside the drop-in
+  case " $run_allocs " in *" mtpool "*)
+    cols="$cols mtpool-checked"
+    LIB_mtpool_debug=$(dirname "$LIB_mtpool")/libmtpool-debug.so
+    [ -f "$LIB_mtpool_debug" ] && cols="$cols mtpool-debug" ;;
+  esac
   raw=$out/mibench-security.jsonl
   rm -f "$raw"
   note "security suite: $(find "$SB/bin/sec" -maxdepth 1 -type f -perm -u+x | wc -l) programs; allocators:$cols"

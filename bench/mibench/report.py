@@ -51,15 +51,17 @@ FIXED_TIME = {"larsonN", "larsonN-sized", "xmalloc-testN", "rptestN", "glibc-thr
 
 
 SECURITY_LABELS = dict(common.PRELOAD_LABELS, **{"mtpool-checked": "mtpool, MTPOOL_CHECK=1",
+                                                  "mtpool-debug": "mtpool debugger (libmtpool-debug.so)",
                                                   "efence": "Electric Fence", "duma": "DUMA"})
 
 
 def security(a, rows):
     """mibench-security.md from the security suite's lines."""
     allocs = common.order_by(SECURITY_LABELS, {r["alloc"] for r in rows})
-    if "mtpool-checked" in allocs and "mtpool" in allocs:  # beside mtpool
-        allocs.remove("mtpool-checked")
-        allocs.insert(allocs.index("mtpool") + 1, "mtpool-checked")
+    for i, mode in enumerate(("mtpool-checked", "mtpool-debug")):  # beside mtpool
+        if mode in allocs and "mtpool" in allocs:
+            allocs.remove(mode)
+            allocs.insert(allocs.index("mtpool") + 1 + i, mode)
     progs = sorted({r["program"] for r in rows})
     res = {(r["program"], r["alloc"]): r["result"] for r in rows}
     label = lambda al: SECURITY_LABELS.get(al, al)  # noqa: E731

@@ -15,16 +15,17 @@ bench_install_deps() {
   note "packages checked"
 }
 
-# build_dropin DIR NAME [CMAKE_ARG...]: this tree's drop-in malloc (target mtpool_malloc), Release,
-# in the build tree DIR, logs DIR/NAME-configure.log and DIR/NAME-build.log (their tail shown, and
-# the script ends, on a failure).
+# build_dropin DIR NAME [CMAKE_ARG...]: this tree's drop-in malloc (target mtpool_malloc, and the
+# targets in DROPIN_TARGETS beside it), Release, in the build tree DIR, logs DIR/NAME-configure.log
+# and DIR/NAME-build.log (their tail shown, and the script ends, on a failure).
 build_dropin() {
   local dir=$1 name=$2
   shift 2
   mkdir -p "$dir"
   cmake -S "$ROOT" -B "$dir" "$@" -DCMAKE_BUILD_TYPE=Release -DMTPOOL_BUILD_TESTS=OFF \
     -DMTPOOL_BUILD_EXAMPLES=OFF >"$dir/$name-configure.log" 2>&1 || { tail -30 "$dir/$name-configure.log"; exit 1; }
-  cmake --build "$dir" -j2 --target mtpool_malloc >"$dir/$name-build.log" 2>&1 ||
+  # shellcheck disable=SC2086 # the list is words
+  cmake --build "$dir" -j2 --target mtpool_malloc ${DROPIN_TARGETS:-} >"$dir/$name-build.log" 2>&1 ||
     { tail -30 "$dir/$name-build.log"; exit 1; }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The security suite: every case of sec_cases (one heap error each) under glibc's malloc, under
 # the drop-in malloc (libmtpool-malloc.so preloaded, default mode), under it with MTPOOL_CHECK=1,
-# and under each heap debugger given with --peer (Electric Fence's libefence.so, DUMA's
+# under libmtpool-debug.so where it lies beside it, and under each heap debugger given with --peer (Electric Fence's libefence.so, DUMA's
 # libduma.so: preloaded with their default settings). A case is DETECTED when the process does not
 # exit 0 (a report and abort, a fault, a nonzero exit; the property cases of sec_cases.c exit 1
 # when the allocator has the property). A case that runs past 10 s counts as not detected.
@@ -68,9 +68,16 @@ outcome() { # outcome [VAR=value...] EXE CASE: the word for how the case ended
 }
 detected() { [ "$1" != exit0 ] && [ "$1" != hang ]; }
 
-# Columns: glibc, mtpool default, mtpool checked, then the peers. A column is the env prefix.
+# Columns: glibc, mtpool default, mtpool checked, the heap debugger libmtpool-debug.so where it
+# lies beside the drop-in, then the peers. A column is the env prefix.
 col_names=("glibc" "mtpool default" "mtpool checked")
 col_envs=("" "LD_PRELOAD=$lib" "LD_PRELOAD=$lib MTPOOL_CHECK=1")
+debug_lib=$(dirname "$lib")/libmtpool-debug.so
+if [ -r "$debug_lib" ]; then
+  col_names+=("mtpool debugger")
+  col_envs+=("LD_PRELOAD=$debug_lib")
+fi
+first_peer=${#col_names[@]}
 for i in "${!peer_names[@]}"; do
   col_names+=("${peer_names[$i]}")
   col_envs+=("LD_PRELOAD=${peer_libs[$i]}")
@@ -127,7 +134,8 @@ report() {
   echo "has the property: reuse_* (a freed block not handed straight back), realloc_* (realloc moves"
   echo "the block), stale_malloc_* and stale_free_* (a freed block's bytes gone from the next block"
   echo "and from the freed one). clean_* commit no error (a false report there is counted apart)."
-  echo "default = libmtpool-malloc.so preloaded; checked = with MTPOOL_CHECK=1; peers preloaded"
+  echo "default = libmtpool-malloc.so preloaded; checked = with MTPOOL_CHECK=1; debugger ="
+  echo "libmtpool-debug.so preloaded (checked mode, and memcpy, memmove, memset checked); peers preloaded"
   echo "with their default settings."
   echo
   local h="| case |" s="|---|" t="| **detected (of $total)** |" f="| false reports (of $controls clean) |"
@@ -169,7 +177,7 @@ if [ "$nc" -lt "$checked_floor" ]; then
   echo "FAIL: mtpool checked detects $nc, below $checked_floor" >&2
   rc=1
 fi
-for ((j = 3; j < ncol; j++)); do
+for ((j = first_peer; j < ncol; j++)); do
   if [ "$nc" -lt "${found[j]}" ]; then
     echo "FAIL: mtpool checked detects $nc, ${col_names[$j]} ${found[j]}" >&2
     rc=1
@@ -179,7 +187,7 @@ if [ "$nd" -lt "${floor:-$ng}" ]; then
   echo "FAIL: mtpool default detects $nd, below ${floor:-$ng}" >&2
   rc=1
 fi
-for j in 0 1 2; do
+for ((j = 0; j < first_peer; j++)); do
   if [ "${false_rep[j]}" != 0 ]; then
     echo "FAIL: ${col_names[$j]} reports an error in ${false_rep[j]} clean case(s)" >&2
     rc=1
