@@ -104,5 +104,5 @@ if(TARGET mtpool_malloc)
   endif()
 endif()
 set(CPACK_DEBIAN_MALLOC_DESCRIPTION
-    "multi-threaded pool allocator (drop-in malloc)\nlibmtpool-malloc.so replaces malloc, free and C++ new/delete for a whole\nprocess (LD_PRELOAD or linking); see mtpool-malloc(7).")
+    "multi-threaded pool allocator (drop-in malloc)\nlibmtpool-malloc.so replaces malloc, free and C++ new/delete for a whole\nprocess (LD_PRELOAD or linking); libmtpool-debug.so, a heap debugger to\npreload; see mtpool-malloc(7).")
 include(CPack)
