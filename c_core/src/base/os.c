@@ -92,6 +92,10 @@ void *mtp__os_map(size_t size, size_t alignment) {
 
 int mtp__os_guard(void *p, size_t size) { return mprotect(p, size, PROT_NONE) == 0 ? 0 : errno; }
 
+int mtp__os_unguard(void *p, size_t size) {
+  return mprotect(p, size, PROT_READ | PROT_WRITE) == 0 ? 0 : errno;
+}
+
 void *mtp__os_map_guarded(size_t size, size_t alignment, size_t guard) {
   char *p = os_map(size, alignment);
   if (p == NULL) return NULL;

@@ -26,6 +26,8 @@ void *mtp__os_map_guarded(size_t size, size_t alignment, size_t guard);
 int mtp__os_unmap_guarded(void *p, size_t size, size_t guard);
 /* Make [p, p+size) inaccessible (a guard). pre: OS-page-aligned, mapped by mtp__os_map. */
 int mtp__os_guard(void *p, size_t size);
+/* Make p..p+size readable and writable again after mtp__os_guard. 0 or errno. */
+int mtp__os_unguard(void *p, size_t size);
 /* Fault [p, p+size) in now, in one call, instead of one page fault per OS page later.
  * Returns ENOTSUP where the kernel lacks MADV_POPULATE_WRITE (before Linux 5.14). */
 int mtp__os_populate(void *p, size_t size);

@@ -357,6 +357,9 @@ typedef struct mtpi_rset {
   /* auto huge pages: the pool's pages in use were found resident whole (region.c); once true, it
    * stays */
   bool huge_dense;
+  /* Pages not in a run are PROT_NONE, so that a stray access (1 MiB past a block) faults: checked
+   * pools. Written once, when the pool is made; such regions get no huge-page advice. */
+  bool guard_free;
   /* Regions unmapped so far. Written under the pool lock (relaxed add); read without it by a
    * remote free before its push, and again under the lock by its news (mtp__pool_detached_news):
    * equal, and no region of this set went away in between. */

@@ -102,6 +102,7 @@ mtpi_pool_t *mtp__pool_new(const mtp_options_t *in, bool is_default) {
   p->purge_delay_ms = opt.purge_delay_ms;
   p->thread_cache_bytes = opt.thread_cache_bytes;
   p->check = opt.check;
+  p->rs.guard_free = opt.check != 0; /* a checked pool's pages outside its runs fault */
   pthread_mutex_lock(&mtp__registry_lock);
   uint32_t id = MTP_MAX_POOLS;
   for (uint32_t i = is_default ? 0 : 1; i < MTP_MAX_POOLS; i++)

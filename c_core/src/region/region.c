@@ -76,7 +76,7 @@ static bool in_use_dense(const mtpi_rset_t *rs) {
 /* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
  * so each of its aligned huge ranges can be one huge page. */
 static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
-  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM) return;
+  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM || rs->guard_free) return;
   size_t hsize = mtp__os_huge_page_size();
   /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
    * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
@@ -170,6 +170,11 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs) {
   mtpi_region_t *r = (mtpi_region_t *)(map + REGION_GUARD);
   uintptr_t idx = (uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT;
   if (idx >= MTP_CHUNKMAP_SIZE) { /* beyond the address bits the chunk map covers */
+    mtp__os_unmap_guarded(map, 2 * MTP_REGION_SIZE, REGION_GUARD);
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (rs->guard_free && mtp__os_guard(mtp__region_base(r), USABLE_PAGES * MTP_PAGE_SIZE) != 0) {
     mtp__os_unmap_guarded(map, 2 * MTP_REGION_SIZE, REGION_GUARD);
     errno = ENOMEM;
     return NULL;
@@ -289,6 +294,13 @@ static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigne
   return dirty;
 }
 
+/* A set whose free pages are guarded (guard_free): pages at .. at + pages - 1 of r made accessible
+ * before a run takes them; false if the OS refused (the caller takes nothing). */
+static bool open_run(const mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages) {
+  return !rs->guard_free || mtp__os_unguard(mtp__region_base(r) + ((size_t)at << MTP_PAGE_SHIFT),
+                                            (size_t)pages << MTP_PAGE_SHIFT) == 0;
+}
+
 /* Descriptors head[from .. to - 1] become TAILs of head. */
 static void set_tails(mtpi_desc_t *head, unsigned from, unsigned to) {
   for (unsigned i = from; i < to; i++) {
@@ -316,7 +328,7 @@ static void populate_ahead(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsig
     rs->fresh_streak = 0;
     return;
   }
-  if (!grow || !populate || ++rs->fresh_streak < POPULATE_STREAK) return;
+  if (!grow || !populate || rs->guard_free || ++rs->fresh_streak < POPULATE_STREAK) return;
   unsigned window = pages * (rs->fresh_streak - POPULATE_STREAK + 1);
   if (window > POPULATE_PAGES) window = POPULATE_PAGES;
   if (window < pages) window = pages;
@@ -377,6 +389,10 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
   }
   MTP_ASSERT(starts != 0);
   unsigned at = (unsigned)__builtin_ctzll(starts);
+  if (!open_run(rs, found, at, pages)) {
+    errno = ENOMEM;
+    return NULL;
+  }
   /* Fresh pages: claim the region, if the heap grows or few regions are claimed yet. Past that, a
    * heap's first slab of a class claims nothing: a thread that allocates a little takes its pages
    * beside other such threads' (else thousands of short-lived threads hold a region each, and every
@@ -403,6 +419,9 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
 static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned pages,
                      uint64_t now_ms) {
   mtp__track_poison(mtp__region_base(r) + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
+  /* refused (the OS out of mappings): the pages stay accessible, a check is lost, nothing breaks */
+  if (rs->guard_free)
+    (void)mtp__os_guard(mtp__region_base(r) + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
   for (unsigned i = first; i < first + pages; i++) {
     mtpi_desc_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
@@ -449,6 +468,10 @@ mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *di
    * free for realloc to grow into. */
   unsigned at = 63u - (unsigned)__builtin_clzll(runs);
   while (at > 0 && (mask >> (at - 1) & 1)) at--;
+  if (!open_run(rs, found, at, pages)) {
+    errno = ENOMEM;
+    return NULL;
+  }
   *dirty = take_run(rs, found, at, pages);
   mtpi_desc_t *s = &found->pages[at];
   s->pages = (uint8_t)pages;
@@ -462,7 +485,7 @@ bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages) {
   MTP_ASSERT(r->h.set == rs && pages > old);
   if (at + pages > MTP_PAGES_PER_REGION) return false;
   uint64_t want = run_starts(r, pages - old, false, false, NULL);
-  if (!(want >> (at + old) & 1)) return false;
+  if (!(want >> (at + old) & 1) || !open_run(rs, r, at + old, pages - old)) return false;
   (void)take_run(rs, r, at + old, pages - old);
   set_tails(s, old, pages);
   s->pages = (uint8_t)pages;
