@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real programs that nobody here wrote, run under LD_PRELOAD=libmtpool-malloc.so and compared with
-# the same run on glibc's malloc: same output, exit 0 both times. Prints each program's wall time
-# with glibc and with mtpool (one run each; noisy on a shared machine).
+# the same run on glibc's malloc: same output, exit 0 both times; and under the heap debugger
+# libmtpool-debug.so where it lies beside the drop-in (checked mode, copies checked): the same, so
+# no false report. Prints each program's wall time with each (one run each; noisy on a shared
+# machine).
 #   run_programs.sh LIBMTPOOL_MALLOC_SO [WORKDIR]
 # Each mtpool run sets MTPOOL_SHOW_STATS=1 and must leave a report with memory reserved on its
 # stderr: proof that the program's allocations went to mtpool.
@@ -56,14 +58,20 @@ cmds[git]="export HOME=\$PWD GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=a GIT_AUTHOR_
 cmds[g++]="g++ -std=c++17 -O1 -frandom-seed=mtpool -o compile_me $here/programs/compile_me.cpp && ./compile_me; echo rc=\$?; objdump -d --no-show-raw-insn compile_me | tail -n +4 | sha256sum"
 
 fail=0
-printf '%-8s %10s %10s %8s  %s\n' program glibc_s mtpool_s ratio result
+modes=(glibc mtpool)
+debug_lib=$(dirname "$lib")/libmtpool-debug.so
+[ -r "$debug_lib" ] && modes+=(debug)
+printf '%-8s %10s %10s %8s %10s  %s\n' program glibc_s mtpool_s ratio debug_s result
 for name in "${names[@]}"; do
-  for mode in glibc mtpool; do
+  t_debug=0
+  for mode in "${modes[@]}"; do
     d="$work/$name.$mode"
     rm -rf "$d" && mkdir -p "$d"
     t0=$(date +%s.%N)
     if [ $mode = mtpool ]; then
       (cd "$d" && LD_PRELOAD="$lib" MTPOOL_SHOW_STATS=1 bash -c "${cmds[$name]}" >out 2>err)
+    elif [ $mode = debug ]; then
+      (cd "$d" && LD_PRELOAD="$debug_lib" MTPOOL_SHOW_STATS=1 bash -c "${cmds[$name]}" >out 2>err)
     else
       (cd "$d" && bash -c "${cmds[$name]}" >out 2>err)
     fi
@@ -81,11 +89,25 @@ for name in "${names[@]}"; do
   if [ "$result" = ok ] && ! awk '$1 == "total" && $5 > 0 {found = 1} END {exit !found}' "$work/$name.mtpool/err"; then
     result="no mtpool report: malloc was not replaced"
   fi
-  printf '%-8s %10.2f %10.2f %8.2f  %s\n' "$name" "$t_glibc" "$t_mtpool" "$(echo "$t_mtpool / $t_glibc" | bc -l)" "$result"
+  bad=mtpool
+  if [ "$result" = ok ] && [ -d "$work/$name.debug" ]; then
+    bad=debug
+    if [ "$rc_debug" != 0 ]; then
+      result="debugger run failed ($rc_debug)"
+    elif ! cmp -s "$work/$name.glibc/out" "$work/$name.debug/out"; then
+      result="debugger outputs differ"
+    elif grep -q '^mtpool: ' "$work/$name.debug/err"; then
+      result="debugger reported an error"
+    elif ! awk '$1 == "total" && $5 > 0 {found = 1} END {exit !found}' "$work/$name.debug/err"; then
+      result="no report from the debugger: malloc was not replaced"
+    fi
+  fi
+  printf '%-8s %10.2f %10.2f %8.2f %10.2f  %s\n' "$name" "$t_glibc" "$t_mtpool" \
+    "$(echo "$t_mtpool / $t_glibc" | bc -l)" "$t_debug" "$result"
   if [ "$result" != ok ]; then
     fail=1
-    echo "--- $name: mtpool stderr (tail)"; grep -v -E '^(pool|total|default) ' "$work/$name.mtpool/err" | tail -5
-    echo "--- diff glibc mtpool (head)"; diff "$work/$name.glibc/out" "$work/$name.mtpool/out" | head -5
+    echo "--- $name: $bad stderr (tail)"; grep -v -E '^(pool|total|default) ' "$work/$name.$bad/err" | tail -5
+    echo "--- diff glibc $bad (head)"; diff "$work/$name.glibc/out" "$work/$name.$bad/out" | head -5
   fi
 done
 exit $fail
