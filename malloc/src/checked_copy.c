@@ -1,6 +1,6 @@
-/* libmtpool-debug.so's checked copies: memcpy, memmove and memset (and their _FORTIFY_SOURCE
- * forms) check with mtp_check_range that the bytes they write, and those they read, lie within
- * one live block, then call the C library's. A copy past a block's end or before its start, or
+/* libmtpool-debug.so's checked copies: memcpy, memmove, memset, strcpy, stpcpy, strcat and
+ * strncpy (and their _FORTIFY_SOURCE forms) check with mtp_check_range that the bytes they write,
+ * and those they read, lie within one live block, then copy with the C library's memcpy. A copy past a block's end or before its start, or
  * into a freed block, is reported when it happens, not at the block's free. Only in the debugging
  * library: in libmtpool-malloc.so every copy of every program would pay for the check.
  *
@@ -22,6 +22,10 @@
 EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len);
 EXPORT void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len);
 EXPORT void *__memset_chk(void *dst, int c, size_t n, size_t dst_len);
+EXPORT char *__strcpy_chk(char *dst, const char *src, size_t dst_len);
+EXPORT char *__stpcpy_chk(char *dst, const char *src, size_t dst_len);
+EXPORT char *__strcat_chk(char *dst, const char *src, size_t dst_len);
+EXPORT char *__strncpy_chk(char *dst, const char *src, size_t n, size_t dst_len);
 extern void __chk_fail(void) __attribute__((noreturn));
 
 typedef void *(*copy_fn)(void *, const void *, size_t);
@@ -124,4 +128,69 @@ EXPORT __attribute__((noinline)) void *__memset_chk(void *dst, int c, size_t n, 
   if (n > dst_len) __chk_fail();
   if (!from_inside(__builtin_return_address(0)) && mtp_check_range(dst, n) != 0) return dst;
   return do_set(dst, c, n);
+}
+
+/* The string copies, done as the C library's would be: their lengths first (strlen, strnlen: not
+ * replaced), then one checked copy. A reported copy is not done. */
+static char *str_copy(char *dst, const char *src, size_t n, const void *ret) {
+  if (!from_inside(ret) && !copy_ok(dst, src, n)) return NULL;
+  do_copy(&real_memcpy, dst, src, n);
+  return dst + n;
+}
+
+EXPORT __attribute__((noinline)) char *strcpy(char *dst, const char *src) {
+  (void)str_copy(dst, src, strlen(src) + 1, __builtin_return_address(0));
+  return dst;
+}
+
+EXPORT __attribute__((noinline)) char *stpcpy(char *dst, const char *src) {
+  size_t n = strlen(src);
+  char *end = str_copy(dst, src, n + 1, __builtin_return_address(0));
+  return end != NULL ? end - 1 : dst + n;
+}
+
+EXPORT __attribute__((noinline)) char *strcat(char *dst, const char *src) {
+  (void)str_copy(dst + strlen(dst), src, strlen(src) + 1, __builtin_return_address(0));
+  return dst;
+}
+
+/* strncpy writes n bytes: the source's (up to n), then zeros. */
+static char *strn_copy(char *dst, const char *src, size_t n, const void *ret) {
+  size_t len = strnlen(src, n);
+  if (!from_inside(ret) && (mtp_check_range(dst, n) != 0 || mtp_check_range(src, len) != 0))
+    return dst;
+  do_copy(&real_memcpy, dst, src, len);
+  do_set(dst + len, 0, n - len);
+  return dst;
+}
+
+EXPORT __attribute__((noinline)) char *strncpy(char *dst, const char *src, size_t n) {
+  return strn_copy(dst, src, n, __builtin_return_address(0));
+}
+
+EXPORT __attribute__((noinline)) char *__strcpy_chk(char *dst, const char *src, size_t dst_len) {
+  size_t n = strlen(src) + 1;
+  if (n > dst_len) __chk_fail();
+  (void)str_copy(dst, src, n, __builtin_return_address(0));
+  return dst;
+}
+
+EXPORT __attribute__((noinline)) char *__stpcpy_chk(char *dst, const char *src, size_t dst_len) {
+  size_t n = strlen(src);
+  if (n + 1 > dst_len) __chk_fail();
+  char *end = str_copy(dst, src, n + 1, __builtin_return_address(0));
+  return end != NULL ? end - 1 : dst + n;
+}
+
+EXPORT __attribute__((noinline)) char *__strcat_chk(char *dst, const char *src, size_t dst_len) {
+  size_t d = strlen(dst), n = strlen(src) + 1;
+  if (d + n > dst_len) __chk_fail();
+  (void)str_copy(dst + d, src, n, __builtin_return_address(0));
+  return dst;
+}
+
+EXPORT __attribute__((noinline)) char *__strncpy_chk(char *dst, const char *src, size_t n,
+                                                      size_t dst_len) {
+  if (n > dst_len) __chk_fail();
+  return strn_copy(dst, src, n, __builtin_return_address(0));
 }

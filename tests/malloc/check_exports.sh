@@ -29,9 +29,10 @@ malloc_usable_size free_sized free_aligned_sized mtp_alloc mtp_free mtp_realloc 
 fi
 fail=0
 if [ "$libc" = glibc-debug ]; then
-  want="$want memcpy memmove memset __memcpy_chk __memmove_chk __memset_chk"
+  copies="memcpy memmove memset strcpy stpcpy strcat strncpy"
+  want="$want $copies $(for c in $copies; do printf '__%s_chk ' "$c"; done)"
   if objdump -d --no-show-raw-insn "$lib" |
-    grep -E "jmp +[0-9a-f]+ <(memcpy|memmove|memset|__mem(cpy|move|set)_chk)(@plt)?>"; then
+    grep -E "jmp +[0-9a-f]+ <(_*(mem(cpy|move|set)|st(r|p)cpy|strcat|strncpy)(_chk)?)(@plt)?>"; then
     echo "a copy tail-called inside the library (checked_copy.c would check mtpool's own copy)"
     fail=1
   fi

@@ -64,12 +64,28 @@ static int child(const char *what) {
   } else if (strncmp(what, "copy_", 5) == 0) { /* under libmtpool-debug.so */
     static char src[64];
     char *a = malloc(40), *b = malloc(40);
-    /* the report names the address the copy began at: for copy_under, one before the block */
-    printf("PTR %p\n", (void *)((uintptr_t)a - (strcmp(what, "copy_under") == 0)));
+    /* the report names the address the copy began at: for copy_under one before the block, for
+     * copy_strcat_over the string's end */
+    uintptr_t at = (uintptr_t)a - (strcmp(what, "copy_under") == 0) +
+                   30 * (strcmp(what, "copy_strcat_over") == 0);
+    printf("PTR %p\n", (void *)at);
     fflush(stdout);
     memcpy(b, src, 40);    /* within: no report */
     memmove(b + 1, b, 39); /* overlapping, within */
     memset(b, 1, 40);
+    strcpy(b, "within: 39 characters and its zero.....");
+    strcat(b + 20, "");
+    if (stpcpy(b, "x") != b + 1) return 3;
+    strcat(b, "abc");
+    if (strcmp(b, "xabc") != 0) return 4;
+    strncpy(b, "abc", 40);
+    if (b[39] != 0 || strcmp(b, "abc") != 0) return 5;
+    if (strcmp(what, "copy_strcpy_over") == 0) strcpy(a, "41 characters and its zero, past the 40..");
+    if (strcmp(what, "copy_strcat_over") == 0) {
+      strcpy(a, "30 characters.................");
+      strcat(a, "and 11 more");
+    }
+    if (strcmp(what, "copy_strncpy_over") == 0) strncpy(a, "short", 48);
     if (strcmp(what, "copy_over") == 0) memcpy(a, src, 41);
     if (strcmp(what, "copy_under") == 0) memcpy((char *)((uintptr_t)a - 1), src, 8);
     if (strcmp(what, "copy_set_over") == 0) memset(a, 0, 48);
@@ -116,8 +132,9 @@ static int expect(char *self, const char *what, const char *check, const char *m
   return expect_env(self, what, env, message, NULL, NULL);
 }
 
-/* Under libmtpool-debug.so (path lib): copies past a block, before it, out of it and into a freed
- * one end by the report when they happen; copies within do not. */
+/* Under libmtpool-debug.so (path lib): copies (memcpy, memset, strcpy, strcat, strncpy) past a
+ * block, before it, out of it and into a freed one end by the report when they happen; copies
+ * within do not, and the string copies return what the C library's do. */
 static int debug_copies(char *self, const char *lib) {
   char pre[4096];
   snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
@@ -127,6 +144,9 @@ static int debug_copies(char *self, const char *lib) {
   ok &= expect_env(self, "copy_over", env, end, NULL, NULL);
   ok &= expect_env(self, "copy_set_over", env, end, NULL, NULL);
   ok &= expect_env(self, "copy_read_over", env, end, NULL, NULL);
+  ok &= expect_env(self, "copy_strcpy_over", env, end, NULL, NULL);
+  ok &= expect_env(self, "copy_strncpy_over", env, end, NULL, NULL);
+  ok &= expect_env(self, "copy_strcat_over", env, end, NULL, NULL);
   ok &= expect_env(self, "copy_under", env,
                    "mtpool: buffer overflow: overflow (an access before the start of a block)", NULL,
                    NULL);

@@ -172,11 +172,10 @@ MTP_API void mtp_free_sized(void *p, size_t size) MTP_NOEXCEPT;
 /* Bytes usable in p's block (>= the size requested). 0 for NULL; a foreign pointer is reported. */
 MTP_API size_t mtp_usable_size(const void *p) MTP_NOEXCEPT;
 
-/* Whether the n bytes from p may be read or written: 0 when they lie within one live block's
- * bytes (checked pools: its requested bytes), or p is not in mtpool's heap; otherwise the misuse
- * handler is called (MTP_ERR_OVERFLOW, MTP_ERR_USE_AFTER_FREE) and its code returned. A packed
- * or large block is known by its start only (n bytes from an address inside one are not checked).
- * Thread-safe; takes a lock for checked and large blocks. libmtpool-debug.so checks memcpy, memmove and memset with it. */
+/* 0 if the n bytes from p lie within one live block (checked pools: its requested bytes) or p is
+ * not in mtpool's heap; else the misuse handler gets MTP_ERR_OVERFLOW or MTP_ERR_USE_AFTER_FREE,
+ * returned too. Packed and large blocks are known by their start only. Thread-safe (a lock for
+ * checked and large blocks); libmtpool-debug.so checks its copies (memcpy, strcpy...) with it. */
 MTP_API int mtp_check_range(const void *p, size_t n) MTP_NOEXCEPT;
 
 /* ------------------------------------------------------------------------------------------------
