@@ -113,7 +113,9 @@ static void *observer(void *arg) {
     CHECK(mtp_pool_stats(pool, &st) == 0);
     size_t n = 0;
     CHECK(mtp_pool_visit(pool, count_visit, &n) == 0);
-    CHECK(n <= THREADS * (HELD + MAILBOX) + 64);
+    /* racing owners: a thread's reuse list (up to 32 blocks of its class) may be read short and
+     * its blocks reported as live, and a block moving meanwhile either way */
+    CHECK(n <= THREADS * (HELD + MAILBOX + 32) + 64);
   }
   return NULL;
 }
