@@ -9,6 +9,7 @@
  * the return address, so no function of the library may tail-call these (test debug_copy_calls).
  * The C library's functions are found at load (dlsym, RTLD_NEXT); a copy before that, from the
  * loader's own mallocs, is done a byte at a time. glibc only. */
+#undef _FORTIFY_SOURCE /* these are the functions it would wrap */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
