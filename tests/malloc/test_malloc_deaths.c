@@ -68,7 +68,7 @@ static int child(const char *what) {
      * copy_strcat_over the string's end */
     uintptr_t at = (uintptr_t)a - (strcmp(what, "copy_under") == 0) +
                    30 * (strcmp(what, "copy_strcat_over") == 0);
-    printf("PTR %p\n", (void *)at);
+    if (strcmp(what, "copy_origin") != 0) printf("PTR %p\n", (void *)at);
     fflush(stdout);
     memcpy(b, src, 40);    /* within: no report */
     memmove(b + 1, b, 39); /* overlapping, within */
@@ -86,6 +86,12 @@ static int child(const char *what) {
       strcat(a, "and 11 more");
     }
     if (strcmp(what, "copy_strncpy_over") == 0) strncpy(a, "short", 48);
+    if (strcmp(what, "copy_origin") == 0) { /* sampled: a large block, its site in the report */
+      char *o = origin_site();
+      printf("PTR %p\n", (void *)o);
+      fflush(stdout);
+      memcpy(o, src, 41);
+    }
     if (strcmp(what, "copy_over") == 0) memcpy(a, src, 41);
     if (strcmp(what, "copy_under") == 0) memcpy((char *)((uintptr_t)a - 1), src, 8);
     if (strcmp(what, "copy_set_over") == 0) memset(a, 0, 48);
@@ -150,6 +156,11 @@ static int debug_copies(char *self, const char *lib) {
   ok &= expect_env(self, "copy_under", env,
                    "mtpool: buffer overflow: overflow (an access before the start of a block)", NULL,
                    NULL);
+#if defined(__GLIBC__)
+  char *origin_env[] = {pre, "MTPOOL_PROFILE=/dev/null", "MTPOOL_PROFILE_RATE=1", NULL};
+  ok &= expect_env(self, "copy_origin", (const char *const *)origin_env, end,
+                   "mtpool: the block was allocated at:\n", "(origin_site+");
+#endif
   char *argv[] = {self, "copy_within", NULL};
   th_proc_t pr;
   CHECK(th_run_self(argv, env, 60, &pr) == 0);
