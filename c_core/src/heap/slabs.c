@@ -208,20 +208,38 @@ static void free_into_full(mtpi_desc_t *s, mtpi_block_t *b) {
   free_local(s, b);
 }
 
+/* Whether b, in slab s, is a block handed out (below the bump pointer) and the start of one: the
+ * distance to the bump pointer, a block boundary whatever value of it is read, against the
+ * class's reciprocal (a multiply and a compare, no division: base/base.h). */
+MTP_INLINE bool handed_out_start(const mtpi_desc_t *s, const mtpi_block_t *b) {
+  const char *bump = mtp__slab_bump((mtpi_desc_t *)s);
+  return (const char *)b < bump && mtp__offset_ok((uint64_t)(bump - (const char *)b), s->cls);
+}
+
 /* The remote free's fast case: d, b's head descriptor, is the first page of a slab that another
- * thread owns (the owner word holds a token with no mark). Only an owned, unchecked slab's first
- * descriptor holds a token: TAIL and FREE descriptors, detached and checked slabs hold 0, so the
- * owner word alone tells what d is. off: b's offset in the slab. A stale owner read is harmless:
- * the slab cannot be released while b is in use, and the push works whether the slab is still
- * owned or was detached meanwhile (the CAS tells). */
-MTP_INLINE bool remote_fast(mtpi_desc_t *d, mtpi_block_t *b, uint32_t off) {
+ * thread owns (the owner word holds its token, marked FULL or not: a push into an exhausted slab
+ * is the same push), or of a detached slab that was not this thread's heap's (an exhausted slab
+ * its owner moved on from; the slow path takes one of ours back). Only an owned, unchecked slab's
+ * first descriptor holds a token: TAIL and FREE descriptors, medium runs, detached and checked
+ * slabs hold 0, so the owner word and, for 0, the kind tell what d is. A stale owner read is
+ * harmless: the slab cannot be released while b is in use, and the push works whether the slab
+ * is still owned or was detached meanwhile (the CAS tells). */
+MTP_INLINE bool remote_fast(mtpi_desc_t *d, mtpi_block_t *b) {
   uintptr_t owner = mtp__load_relaxed(&d->owner); /* relaxed: a hint (types.h) */
-  if (MTP_UNLIKELY(owner == 0 || (owner & (MTP_OWNER_CACHED | MTP_OWNER_FULL)) != 0 ||
-                   owner == (uintptr_t)mtp__tl_thread))
+  mtpi_thread_t *me = mtp__tl_thread;
+  if (owner == 0) {
+    /* kind and checked one byte each (relaxed): a wider load would read `list` beside them,
+     * which the pool writes under its lock when it lists a detached slab */
+    if (__atomic_load_n(&d->kind, __ATOMIC_RELAXED) != MTP_PAGE_SLAB ||
+        __atomic_load_n(&d->checked, __ATOMIC_RELAXED) ||
+        mtp__slab_heap(d) == mtp__thread_heap(me, mtp__pool_of_page(d)->id))
+      return false;
+  } else if (MTP_UNLIKELY((owner & MTP_OWNER_CACHED) != 0 ||
+                          (owner & ~(uintptr_t)MTP_OWNER_FULL) == (uintptr_t)me)) {
     return false;
-  /* the same checks as below: a block handed out (bump) and the start of one (32-bit division:
-   * an offset in a slab is below 2^18) */
-  if (MTP_UNLIKELY((char *)b >= mtp__slab_bump(d) || off % d->block_size != 0)) return false;
+  }
+  /* the same checks as the slow path's: a block handed out, and the start of one */
+  if (MTP_UNLIKELY(!handed_out_start(d, b))) return false;
   mtp__track_free(b, d->block_size);
   mtpi_remote_seen_t seen;
   if (MTP_UNLIKELY(mtp__slab_free_remote(d, b, &seen) == MTP_REMOTE_NEWS)) {
@@ -236,12 +254,11 @@ MTP_NOINLINE void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b) {
   /* The fast path tried the owner's push on s, the head of b's page (d, or d itself). What is
    * left: the remote push, one of our exhausted slabs, the slow path (misuse included). */
   mtpi_desc_t *s = mtp__run_head(d);
-  uint32_t off = (uint32_t)((char *)b - mtp__page_start(s));
-  if (MTP_LIKELY(remote_fast(s, b, off))) return;
+  if (MTP_LIKELY(remote_fast(s, b))) return;
   /* One of our exhausted slabs has room again: only an owned slab's first descriptor carries our
    * token with the FULL mark, so the same two checks suffice. */
   if (mtp__load_relaxed(&s->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
-      (char *)b < mtp__slab_bump_owner(s) && off % s->block_size == 0) {
+      handed_out_start(s, b)) {
     free_into_full(s, b);
     return;
   }
