@@ -1,12 +1,14 @@
 /* libmtpool-debug.so's checked copies: memcpy, memmove, memset, strcpy, stpcpy, strcat and
  * strncpy (and their _FORTIFY_SOURCE forms) check with mtp_check_range that the bytes they write,
- * and those they read, lie within one live block, then copy with the C library's memcpy. A copy past a block's end or before its start, or
- * into a freed block, is reported when it happens, not at the block's free. Only in the debugging
- * library: in libmtpool-malloc.so every copy of every program would pay for the check.
+ * and those they read, lie within one live block, then copy with the C library's functions. A
+ * copy past a block's end or before its start, or into a freed block, is reported when it
+ * happens, not at the block's free. Only in the debugging library: in libmtpool-malloc.so every
+ * copy of every program would pay for the check.
  *
  * mtpool's own copies (the core filling and moving its blocks, under its locks) are not checked:
  * a call from this library's own code goes straight to the C library's function. That test reads
- * the return address, so no function of the library may tail-call these (test debug_copy_calls).
+ * the return address, so no function of the library may tail-call these (ctest
+ * malloc_debug_exports checks the disassembly).
  * The C library's functions are found at load (dlsym, RTLD_NEXT); a copy before that, from the
  * loader's own mallocs, is done a byte at a time. glibc only. */
 #undef _FORTIFY_SOURCE /* these are the functions it would wrap */
@@ -32,8 +34,8 @@ extern void __chk_fail(void) __attribute__((noreturn));
 typedef void *(*copy_fn)(void *, const void *, size_t);
 typedef void *(*set_fn)(void *, int, size_t);
 
-/* Written by load() (the constructor, or the first copy): each writer stores the same values, so
- * relaxed order is enough; a reader that sees NULL copies bytewise. */
+/* Written once by load(), the constructor, usually before a second thread exists: relaxed; a
+ * reader that sees NULL copies bytewise, one that sees text_hi 0 checks nothing. */
 static copy_fn real_memcpy, real_memmove;
 static set_fn real_memset;
 static uintptr_t text_lo, text_hi; /* this library's executable segment */
@@ -113,13 +115,15 @@ EXPORT __attribute__((noinline)) void *memset(void *dst, int c, size_t n) {
 }
 
 /* _FORTIFY_SOURCE's forms: the compiler's bound first, as the C library's do. */
-EXPORT __attribute__((noinline)) void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len) {
+EXPORT __attribute__((noinline)) void *__memcpy_chk(void *dst, const void *src, size_t n,
+                                                    size_t dst_len) {
   if (n > dst_len) __chk_fail();
   if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
   return do_copy(&real_memcpy, dst, src, n);
 }
 
-EXPORT __attribute__((noinline)) void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len) {
+EXPORT __attribute__((noinline)) void *__memmove_chk(void *dst, const void *src, size_t n,
+                                                     size_t dst_len) {
   if (n > dst_len) __chk_fail();
   if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
   return do_copy(&real_memmove, dst, src, n);

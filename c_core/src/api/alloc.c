@@ -352,7 +352,8 @@ mtp_pool_t *mtp_pool_of(const void *p) {
 
 int mtp_check_range(const void *p, size_t n) {
   if (p == NULL || n == 0) return 0;
-  const char *c = (const char *)p, *b = NULL, *what = "overflow (an access past the end of a block)";
+  const char *c = (const char *)p, *b = NULL;
+  const char *what = "overflow (an access past the end of a block)";
   size_t usable = 0;
   int err = 0;
   uintptr_t u = (uintptr_t)p;
