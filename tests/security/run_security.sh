@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The security suite: every case of sec_cases (one heap error each) under glibc's malloc, under
-# the drop-in malloc (libmtpool-malloc.so preloaded, default mode), under it with MTPOOL_CHECK=1,
-# under libmtpool-debug.so where it lies beside it, and under each heap debugger given with --peer (Electric Fence's libefence.so, DUMA's
-# libduma.so: preloaded with their default settings). A case is DETECTED when the process does not
-# exit 0 (a report and abort, a fault, a nonzero exit; the property cases of sec_cases.c exit 1
-# when the allocator has the property). A case that runs past 10 s counts as not detected.
+# The security suite: every case of sec_cases (one heap error each) under glibc's malloc, under the
+# drop-in malloc (libmtpool-malloc.so preloaded, default mode), under it with MTPOOL_CHECK=1, under
+# libmtpool-debug.so where it lies beside it, and under each heap debugger given with --peer
+# (Electric Fence's libefence.so, DUMA's libduma.so: preloaded with their default settings). A case
+# is DETECTED when the process does not exit 0 (a report and abort, a fault, a nonzero exit; the
+# property cases of sec_cases.c exit 1 when the allocator has the property). A case that runs past
+# 10 s counts as not detected.
 # clean_* cases commit no error: glibc's and mtpool's columns must exit 0 there (a false report
 # fails the run); a peer's false reports are counted on the totals line.
 # Prints a Markdown table and the totals. Exits 1 if checked mode detects fewer cases than glibc,
@@ -135,7 +136,7 @@ report() {
   echo "the block), stale_malloc_* and stale_free_* (a freed block's bytes gone from the next block"
   echo "and from the freed one). clean_* commit no error (a false report there is counted apart)."
   echo "default = libmtpool-malloc.so preloaded; checked = with MTPOOL_CHECK=1; debugger ="
-  echo "libmtpool-debug.so preloaded (checked mode, and memcpy, memmove, memset checked); peers preloaded"
+  echo "libmtpool-debug.so preloaded (checked mode, and memcpy, memset, strcpy and kin checked); peers preloaded"
   echo "with their default settings."
   echo
   local h="| case |" s="|---|" t="| **detected (of $total)** |" f="| false reports (of $controls clean) |"

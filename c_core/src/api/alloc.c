@@ -378,15 +378,15 @@ int mtp_check_range(const void *p, size_t n) {
     b = c; /* a large block is known by its start only (page-aligned: others take no lock) */
   }
   if (b != NULL && n > usable - (size_t)(c - b)) err = MTP_ERR_OVERFLOW;
-  if (err != 0 && MTP_UNLIKELY(mtp__prof_on) && b == c) {
-    /* a sampled block is a large one, known by its start: the report names its site */
-    void *origin[MTP_PROF_MAX_DEPTH];
-    mtp__error_origin(origin, mtp__prof_origin(p, origin, MTP_PROF_MAX_DEPTH, false));
-    mtp__error(err, what, p);
-    mtp__error_origin(NULL, 0);
-  } else if (err != 0) {
-    mtp__error(err, what, p);
-  }
+  if (err == 0) return 0;
+  /* a sampled block is a large one, known by its start: the report names its site */
+  void *origin[MTP_PROF_MAX_DEPTH];
+  unsigned depth = MTP_UNLIKELY(mtp__prof_on) && b == c
+                       ? mtp__prof_origin(p, origin, MTP_PROF_MAX_DEPTH, false)
+                       : 0;
+  mtp__error_origin(origin, depth);
+  mtp__error(err, what, p);
+  mtp__error_origin(NULL, 0);
   return err;
 }
 

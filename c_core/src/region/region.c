@@ -418,10 +418,11 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
 /* Pages first .. first + pages - 1 of r become free (and dirty) at now_ms. */
 static void free_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned first, unsigned pages,
                      uint64_t now_ms) {
-  mtp__track_poison(mtp__region_base(r) + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
+  char *at = mtp__region_base(r) + ((size_t)first << MTP_PAGE_SHIFT);
+  size_t len = (size_t)pages << MTP_PAGE_SHIFT;
+  mtp__track_poison(at, len);
   /* refused (the OS out of mappings): the pages stay accessible, a check is lost, nothing breaks */
-  if (rs->guard_free)
-    (void)mtp__os_guard(mtp__region_base(r) + ((size_t)first << MTP_PAGE_SHIFT), (size_t)pages << MTP_PAGE_SHIFT);
+  if (rs->guard_free) (void)mtp__os_guard(at, len);
   for (unsigned i = first; i < first + pages; i++) {
     mtpi_desc_t *d = &r->pages[i];
     mtp__store_relaxed(&d->owner, 0);
