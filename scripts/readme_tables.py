@@ -290,14 +290,17 @@ def server_rows(raw, suffix=""):
 
 
 def servers_block():
-    """The full run, and below it the later run of glibc and mtpool alone."""
+    """The full run, and below it the run of glibc and mtpool alone if that one is later."""
     raw, later = os.path.join(RESULTS, "servers.jsonl"), os.path.join(RESULTS, "servers-slapd", "servers.jsonl")
-    date = run_info(later.replace(".jsonl", ".md"))[0].split()[0]
-    out = run_line(f"median of the repetitions (ratio to glibc's in the same run); the last two rows: "
-                   f"[the run of {date}]({rel(later.replace('.jsonl', '.md'))}), glibc and mtpool alone:",
-                   raw.replace(".jsonl", ".md"), raw)
-    return out + table(["allocator"] + [c[3] for c in SERVER_COLS],
-                       server_rows(raw) + server_rows(later, f", {date}"))
+    caption = "median of the repetitions (ratio to glibc's in the same run):"
+    rows = server_rows(raw)
+    if run_info(later.replace(".jsonl", ".md"))[0] > run_info(raw.replace(".jsonl", ".md"))[0]:
+        date = run_info(later.replace(".jsonl", ".md"))[0].split()[0]
+        caption = (caption[:-1] + f"; the last two rows: [the run of {date}]"
+                   f"({rel(later.replace('.jsonl', '.md'))}), glibc and mtpool alone:")
+        rows += server_rows(later, f", {date}")
+    out = run_line(caption, raw.replace(".jsonl", ".md"), raw)
+    return out + table(["allocator"] + [c[3] for c in SERVER_COLS], rows)
 
 
 BLOCKS = {
