@@ -172,8 +172,8 @@ MTP_API void mtp_free_sized(void *p, size_t size) MTP_NOEXCEPT;
 /* Bytes usable in p's block (>= the size requested). 0 for NULL; a foreign pointer is reported. */
 MTP_API size_t mtp_usable_size(const void *p) MTP_NOEXCEPT;
 
-/* 0 if the n bytes from p lie within one live block (checked pools: its requested bytes) or p is
- * not in mtpool's heap; else the misuse handler gets MTP_ERR_OVERFLOW or MTP_ERR_USE_AFTER_FREE,
+/* 0 if the n bytes from p lie within one block (in a checked pool: a live block's requested bytes)
+ * or p is not in mtpool's heap; else the misuse handler gets MTP_ERR_OVERFLOW or MTP_ERR_USE_AFTER_FREE,
  * returned too. Packed and large blocks are known by their start only. Thread-safe (a lock for
  * checked and large blocks); libmtpool-debug.so checks its copies (memcpy, strcpy...) with it. */
 MTP_API int mtp_check_range(const void *p, size_t n) MTP_NOEXCEPT;
