@@ -1,8 +1,29 @@
-# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh, bench_gp.sh, bench_programs.sh and
-# bench_mibench.sh (sourced, not run).
+# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh, bench_gp.sh, bench_programs.sh,
+# bench_mibench.sh, bench_musl.sh, test_suites.sh, build_peers.sh and bench/gp/*.sh (sourced, not run).
 # Expects ROOT (the repository) and BUILD (the build directory) to be set.
 
 note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+# Where a run's results go. Every script writes its tables, charts and raw lines beside its build
+# ($BUILD/results, or the file there) by default, never into the committed bench/results/, whose
+# files README.md's tables are checked against (scripts/readme_tables.py --check, test stage docs):
+# a user's run must not break the user's tests. Publishing there is a developer's explicit choice:
+# --publish (the same as --out bench/results), then commit the files with the README's tables.
+PUBLISHED=$ROOT/bench/results
+
+# results_note PATH: says at the end of a run where its results are (PATH: their directory or
+# file), and whether that is the committed bench/results/.
+results_note() {
+  local d=$1 pub
+  [ -d "$d" ] || d=$(dirname "$d")
+  d=$(cd "$d" 2>/dev/null && pwd -P) || d=$1
+  pub=$(cd "$PUBLISHED" && pwd -P)
+  case $d/ in
+    "$pub"/*) note "results published into bench/results/: tracked files; commit them, and where" \
+      "the README quotes them run python3 scripts/readme_tables.py --write" ;;
+    *) note "results in $1 (bench/results/ untouched; --publish writes there)" ;;
+  esac
+}
 
 # shellcheck source=../../scripts/lib/install_deps.sh
 . "$ROOT/scripts/lib/install_deps.sh"

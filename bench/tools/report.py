@@ -9,7 +9,11 @@ Inputs (each optional):
                        from a run under LD_PRELOAD contributes its std::allocator rows only
   --pairs-ir F.json    instructions per 48-byte pair (callgrind), written by bench_full.sh
 Every table shows the median over repetitions and each allocator's ratio to mtpool::allocator,
-written as "time relative to mtpool" (above 1: slower than mtpool).
+written as "time relative to mtpool" (above 1: slower than mtpool). The machine and versions
+lines come from --machine and --versions, else from the raw lines' own {"run": ...} line
+(scripts/bench.sh writes one), so that the raw lines alone give the report again:
+  python3 bench/tools/report.py --seed DIR/seed.jsonl --footprint DIR/footprint.jsonl --png \
+    --out DIR --name seed.md
 """
 import argparse
 import json
@@ -65,6 +69,16 @@ def read_jsonl(path):
                     except json.JSONDecodeError:
                         pass
     return rows
+
+
+def split_run(rows):
+    """A run's raw lines as (what the run was: the object of the line {"run": {"machine": ...,
+    "versions": ...}} that scripts/bench.sh writes first, {} without one; the measurements)."""
+    info = {}
+    for d in rows:
+        if isinstance(d.get("run"), dict):
+            info.update(d["run"])
+    return info, [d for d in rows if "run" not in d]
 
 
 def fmt(v, digits=3):
@@ -636,22 +650,27 @@ def main():
     ap.add_argument("--giveback")
     ap.add_argument("--gbench", nargs="*", default=[])
     ap.add_argument("--pairs-ir")
-    ap.add_argument("--machine", default="")
-    ap.add_argument("--versions", default="", help="each allocator's version, one line")
+    ap.add_argument("--machine", default="", help="the machine line (default: the raw lines' own, "
+                    "see split_run)")
+    ap.add_argument("--versions", default="", help="each allocator's version, one line (default: "
+                    "the raw lines' own)")
     ap.add_argument("--out", required=True, help="directory for the .md and .png files")
     ap.add_argument("--png", action="store_true")
     ap.add_argument("--name", default="results.md")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
 
+    info, seed_rows = split_run(read_jsonl(a.seed))
+    i, foot_rows = split_run(read_jsonl(a.footprint))
+    info = {**i, **info}
+    i, give_rows = split_run(read_jsonl(a.giveback))
+    info = {**i, **info}
     md = []
-    if a.machine:
-        md.append(f"Machine: {a.machine}\n")
-    if a.versions:
-        md.append(f"Versions: {a.versions}\n")
-    seed_rows = read_jsonl(a.seed)
-    foot_rows = read_jsonl(a.footprint)
-    give_rows = read_jsonl(a.giveback)
+    machine, versions = a.machine or info.get("machine", ""), a.versions or info.get("versions", "")
+    if machine:
+        md.append(f"Machine: {machine}\n")
+    if versions:
+        md.append(f"Versions: {versions}\n")
     seed_med, seed_min, foot_med, give_runs = {}, {}, {}, {}
     if seed_rows:
         s, seed_med = seed_report(seed_rows, a.out, a.png)
