@@ -9,9 +9,11 @@ Inputs (each optional):
                        from a run under LD_PRELOAD contributes its std::allocator rows only
   --pairs-ir F.json    instructions per 48-byte pair (callgrind), written by bench_full.sh
 Every table shows the median over repetitions and each allocator's ratio to mtpool::allocator,
-written as "time relative to mtpool" (above 1: slower than mtpool). The machine and versions
-lines come from --machine and --versions, else from the raw lines' own {"run": ...} line
-(scripts/bench.sh writes one), so that the raw lines alone give the report again:
+written as "time relative to mtpool" (above 1: slower than mtpool). The report ends with what the
+run shows (summary_report): who is fastest and smallest, mtpool against the best peer, memory given
+back, the spread. The machine and versions lines come from --machine and --versions, else from the
+raw lines' own {"run": ...} line (scripts/bench.sh writes one), so that the raw lines alone give
+the report again:
   python3 bench/tools/report.py --seed DIR/seed.jsonl --footprint DIR/footprint.jsonl --png \
     --out DIR --name seed.md
 """
@@ -262,7 +264,9 @@ SEED_COLS = [("cxx11", 9, "C++11 string, 9 chars"), ("cxx11", 40, "C++11 string,
              ("cow", 9, "copy-on-write string, 9 chars"), ("cow", 40, "copy-on-write string, 40 chars")]
 
 
-def seed_report(rows, outdir, png, metric="wall_s", agg="median"):
+def seed_times(rows, metric="wall_s"):
+    """The seed runs' figures: ({(allocator, (abi, len)): [metric of each run]}, {allocator:
+    "not installed" or "timed out"})."""
     times = defaultdict(list)
     status = {}
     for d in rows:
@@ -277,6 +281,11 @@ def seed_report(rows, outdir, png, metric="wall_s", agg="median"):
             continue
         if metric in d:
             times[(k, col)].append(d[metric])
+    return times, status
+
+
+def seed_report(rows, outdir, png, metric="wall_s", agg="median"):
+    times, status = seed_times(rows, metric)
     keys = ordered_keys({k for k, _ in times} | set(status))
     pick = statistics.median if agg == "median" else min
     med = {kc: pick(v) for kc, v in times.items() if v}
@@ -562,85 +571,162 @@ def gbench_report(res, outdir, png):
 
 
 # --------------------------------------------------------------------------------------------
-# targets
+# summary: what the run shows
 # --------------------------------------------------------------------------------------------
 
-def targets_report(seed_med, foot_med, giveback_runs, foot_rows, gb, pairs_ir, seed_min=None):
-    lines = ["### Targets of issue 4, as measured", "", "| target | measured | met |", "|---|---|---|"]
+OWN = (REF, "mtpool_pool")  # mtpool's own families; every other allocator is a peer
 
-    def row(t, m, ok):
-        lines.append(f"| {t} | {m} | {'yes' if ok else ('**no**' if ok is not None else 'not measured')} |")
 
-    # Seed targets: the median and the best run must both meet them (the best run is the least
-    # disturbed by other jobs on a shared machine).
-    seed_min = seed_min or {}
-    for abi, ln, lab in SEED_COLS:
-        ref = seed_med.get((REF, (abi, ln)))
-        refm = seed_min.get((REF, (abi, ln)))
-        others = {k: v for (k, c), v in seed_med.items() if c == (abi, ln) and k not in (REF, "mtpool_pool")}
-        om = {k: v for (k, c), v in seed_min.items() if c == (abi, ln) and k not in (REF, "mtpool_pool")}
-        if not ref or not others:
-            row(f"seed {lab}: fastest of all", "–", None)
-            continue
-        best_k = min(others, key=others.get)
-        txt = f"median: fastest other {LABELS.get(best_k, best_k)} {others[best_k] / ref:.2f}x mtpool's time"
-        ok = others[best_k] > ref
-        if refm and om:
-            bm = min(om, key=om.get)
-            txt += f"; best run: {LABELS.get(bm, bm)} {om[bm] / refm:.2f}x"
-            ok = ok and om[bm] > refm
-        row(f"seed {lab}: faster than every other", txt, ok)
-        for k, need in (("mt_alloc", 3), ("pool_alloc", 3), ("std", 2)):
-            if k in others:
-                txt = f"median {others[k] / ref:.2f}x"
-                ok = others[k] / ref >= need
-                if refm and k in om:
-                    txt += f"; best run {om[k] / refm:.2f}x"
-                    ok = ok and om[k] / refm >= need
-                row(f"seed {lab}: >= {need}x faster than {LABELS[k]}", txt, ok)
-    for kind, lim in (("list_int", 24.5), ("list_str40", 96.5), ("map_int", None)):
-        v = foot_med.get((REF, kind))
-        others = {k: x for (k, kk), x in foot_med.items() if kk == kind and k not in (REF, "mtpool_pool")}
-        if v is None:
-            continue
-        m = min(others.values()) if others else None
-        ok = (m is None or v <= m + 0.05) and (lim is None or v <= lim)
-        lab = dict(FOOT_KINDS)[kind]
-        row(f"bytes per element, {lab}: <= smallest other" + (f" and <= {lim}" if lim else ""),
-            f"{v:.1f} (smallest other {m:.1f})" if m is not None else f"{v:.1f}", ok)
-    for name, runs in (("50 M x 120 B", giveback_runs),) + tuple(
-            (f"footprint {lab}", {k: [d for d in foot_rows if d.get("kind") == kind and who(d) == k]
-                                 for k in (REF,)}) for kind, lab in FOOT_KINDS):
-        ds = runs.get(REF) if runs else None
-        if not ds:
-            continue
-        d = ds[-1]
-        t, dl = pct_back(d, "rss_after_trim"), pct_back(d, "rss_after_delay")
-        if t is not None:
-            row(f"{name}: >= 99% back after free + trim", f"{t:.1f}%", t >= 99)
-        if dl is not None:
-            row(f"{name}: >= 95% back within the purge delay, no trim",
-                f"{dl:.1f}% after {d.get('delay_ms')} ms", dl >= 95)
-    for wl in ("prodcons", "churn"):
-        cells = gb.get(wl, {})
-        cols = sorted({c for _, c in cells})
-        for c in cols:
-            ref = cells.get((REF, c), {}).get("rate")
-            others = {k: d["rate"] for (k, cc), d in cells.items()
-                      if cc == c and k not in (REF, "mtpool_pool") and d.get("rate")}
-            if not ref or not others:
+def lab(k):
+    return LABELS.get(k, k)
+
+
+def versus(mine, theirs, more="slower"):
+    """mtpool against a peer, as words and a ratio of the larger figure to the smaller: "ahead
+    1.16x" (the peer's figure 1.16 times mtpool's), "behind 1.01x", "equal"; more: what a larger
+    figure is ("slower", "larger")."""
+    if mine == theirs:
+        return "equal"
+    if mine < theirs:
+        return f"{'ahead' if more == 'slower' else 'smaller'} {theirs / mine:.2f}x"
+    return f"{'behind' if more == 'slower' else 'larger'} {mine / theirs:.2f}x"
+
+
+def pct(x):
+    return "–" if x is None else f"{max(x, 0.0):.1f}%"
+
+
+def summary_report(seed_rows, foot_med, foot_rows, give_runs, gb):
+    """What the run shows, for its reader: per seed variant the fastest allocator and mtpool
+    against the fastest peer (ratio, and each cell's spread), per footprint kind the fewest bytes
+    per element and mtpool against the smallest peer, the memory given back, the largest spread of
+    a cell; for the Google Benchmark workloads, where mtpool is fastest and where furthest behind.
+    Every figure comes from the tables above it."""
+    out = ["### What this run shows", ""]
+    times, _ = seed_times(seed_rows)
+    med = {kc: statistics.median(v) for kc, v in times.items() if v}
+    if med:
+        out += ["Seed workload (median wall seconds, the first table): the fastest allocator, and "
+                "mtpool::allocator against the fastest peer (mtpool::pool_allocator is not a peer): "
+                "\"ahead 1.16x\" = the peer takes 1.16 times mtpool's time, \"behind 1.16x\" = mtpool "
+                "takes 1.16 times the peer's. Spread: (max-min)/median of each cell's runs; a "
+                "difference within it is a tie.", "",
+                "| seed variant | fastest | mtpool::allocator | fastest peer | mtpool against it | "
+                "spread: mtpool / peer |", "|---|---|---|---|---|---|"]
+        for abi, ln, name in SEED_COLS:
+            col = {k: v for (k, c), v in med.items() if c == (abi, ln)}
+            if not col:
                 continue
-            best = max(others, key=others.get)
-            row(f"{wl} {c}: no slower than the fastest peer",
-                f"{LABELS.get(best, best)} {others[best] / 1e6:.3g} M/s vs mtpool {ref / 1e6:.3g} M/s "
-                f"({others[best] / ref:.2f}x mtpool's rate)", ref >= others[best])
-    if pairs_ir:
-        v = pairs_ir.get(REF)
-        if v is not None:
-            others = ", ".join(f"{LABELS.get(k, k)} {x:.0f}" for k, x in pairs_ir.items() if k != REF)
-            row("48-byte allocate+deallocate through mtpool::allocator: <= 30 instructions",
-                f"{v:.0f} (loop included; {others})", v <= 30)
-    return "\n".join(lines) + "\n"
+            best = min(col, key=col.get)
+            mine = col.get(REF)
+            peers = {k: v for k, v in col.items() if k not in OWN}
+            peer = min(peers, key=peers.get) if peers else None
+            cells = [name, f"{lab(best)} {col[best]:.3f} s",
+                     "–" if mine is None else f"{mine:.3f} s",
+                     "–" if peer is None else f"{lab(peer)} {peers[peer]:.3f} s"]
+            if mine is None or peer is None:
+                cells += ["–", "–"]
+            else:
+                tm, tp = times[(REF, (abi, ln))], times[(peer, (abi, ln))]
+                sm, sp = spread(tm), spread(tp)
+                tie = (abs(mine - peers[peer]) / min(mine, peers[peer]) <= max(sm, sp)
+                       and mine != peers[peer])
+                cells += [versus(mine, peers[peer]) + (", within the spread" if tie else ""),
+                          " / ".join(f"{x * 100:.0f}%" if len(t) > 1 else "– (1 run)"
+                                     for x, t in ((sm, tm), (sp, tp)))]
+            out.append("| " + " | ".join(cells) + " |")
+        nrep = max(len(v) for v in times.values())
+        worst = max(((spread(v), kc) for kc, v in times.items() if v), key=lambda x: x[0])
+        out += [""]
+        if nrep < 2:
+            out += ["One run per cell: no spread, so no difference here can be told from noise.", ""]
+        else:
+            (k, (abi, ln)) = worst[1]
+            what = next(c[2] for c in SEED_COLS if c[:2] == (abi, ln))
+            out += [f"Largest spread of a cell: {worst[0] * 100:.0f}% ({lab(k)}, {what}; "
+                    f"{nrep} runs per cell).", ""]
+    if foot_med:
+        out += ["Footprint (one run per allocator and kind): the fewest bytes per element, and "
+                "mtpool::allocator against the smallest peer (\"smaller 1.33x\" = the peer takes 1.33 "
+                "times mtpool's bytes).", "",
+                "| footprint | smallest | mtpool::allocator | smallest peer | mtpool against it |",
+                "|---|---|---|---|---|"]
+        for kind, name in FOOT_KINDS:
+            col = {k: v for (k, kk), v in foot_med.items() if kk == kind}
+            if not col:
+                continue
+            best = min(col, key=col.get)
+            mine = col.get(REF)
+            peers = {k: v for k, v in col.items() if k not in OWN}
+            peer = min(peers, key=peers.get) if peers else None
+            out.append(f"| {name} | {lab(best)} {col[best]:.1f} | "
+                       + ("–" if mine is None else f"{mine:.1f}") + " | "
+                       + ("–" if peer is None else f"{lab(peer)} {peers[peer]:.1f}") + " | "
+                       + ("–" if mine is None or peer is None else versus(mine, peers[peer], "larger"))
+                       + " |")
+        out.append("")
+    # memory given back: the footprint kinds, then the give-back workload
+    runs = [(f"footprint, {name}", phase_rows([d for d in foot_rows if d.get("kind") == kind], False)[0])
+            for kind, name in FOOT_KINDS]  # {allocator: [runs]} per kind
+    if give_runs:
+        n = next((d.get("n") for ds in give_runs.values() for d in ds if d.get("n")), None)
+        runs.append((f"{n / 1e6:.0f},000,000 blocks of 120 B" if n else "blocks of 120 B", give_runs))
+    grows = []
+    for what, rs in runs:
+        if not rs:
+            continue
+        last = {k: ds[-1] for k, ds in rs.items() if ds and not ds[-1].get("timeout")}
+        cells = [what]
+        delay = next((d.get("delay_ms") for d in last.values() if "delay_ms" in d), None)
+        for f in ("rss_after_delay", "rss_after_trim"):
+            mine = pct_back(last[REF], f) if REF in last else None
+            peers = {k: pct_back(d, f) for k, d in last.items() if k not in OWN}
+            peers = {k: v for k, v in peers.items() if v is not None}
+            peer = max(peers, key=peers.get) if peers else None
+            cells += [pct(mine), "–" if peer is None else f"{lab(peer)} {pct(peers[peer])}"]
+        grows.append(cells)
+    if grows:
+        out += [f"Memory given back, as a share of the peak growth: {delay or 500} ms after the free "
+                "with the threads alive and no trim call, and after the allocator's trim call.", "",
+                "| workload | mtpool, no trim | most of a peer, no trim | mtpool, after trim | "
+                "most of a peer, after trim |", "|---|---|---|---|---|"]
+        out += ["| " + " | ".join(c) + " |" for c in grows]
+        out.append("")
+    lines = []
+    for wl, title in GB_TITLES.items():
+        cells = gb.get(wl, {})
+        cols = list(dict.fromkeys(c for _, c in cells))
+        lead, behind, worst_cv = 0, None, 0.0
+        n = 0
+        for c in cols:
+            mine = cells.get((REF, c), {}).get("rate")
+            peers = {k: d["rate"] for (k, cc), d in cells.items()
+                     if cc == c and k not in OWN and d.get("rate")}
+            if not mine or not peers:
+                continue
+            n += 1
+            best = max(peers, key=peers.get)
+            if mine >= peers[best]:
+                lead += 1
+            elif behind is None or peers[best] / mine > behind[0]:
+                behind = (peers[best] / mine, c, best)
+        for d in cells.values():
+            worst_cv = max(worst_cv, d.get("cv") or 0.0)
+        if not n:
+            continue
+        line = f"- {title.split(' (')[0]}: mtpool::allocator the fastest in {lead} of {n} cells"
+        if behind:
+            line += (f"; furthest behind the fastest peer at {behind[1]}: {lab(behind[2])} "
+                     f"{behind[0]:.2f}x mtpool's rate")
+        if worst_cv:
+            line += f"; largest coefficient of variation of a cell {worst_cv * 100:.0f}%"
+        lines.append(line + ".")
+    if lines:
+        out += ["Google Benchmark workloads (items per second, median of the repetitions), mtpool "
+                "against the fastest peer in each cell:", ""] + lines + [""]
+    if len(out) == 2:
+        return ""
+    return "\n".join(out)
 
 
 def main():
@@ -671,11 +757,11 @@ def main():
         md.append(f"Machine: {machine}\n")
     if versions:
         md.append(f"Versions: {versions}\n")
-    seed_med, seed_min, foot_med, give_runs = {}, {}, {}, {}
+    foot_med, give_runs = {}, {}
     if seed_rows:
-        s, seed_med = seed_report(seed_rows, a.out, a.png)
+        s, _ = seed_report(seed_rows, a.out, a.png)
         md.append(s)
-        s, seed_min = seed_report(seed_rows, a.out, False, "wall_s", "min")
+        s, _ = seed_report(seed_rows, a.out, False, "wall_s", "min")
         md.append(s)
         s, _ = seed_report(seed_rows, a.out, False, "cpu_s")
         if s:
@@ -710,7 +796,9 @@ def main():
     absent = [LABELS[k] for k in LABELS if present and k not in present]
     if absent:
         md.append("NOTICE: not measured (not installed or not built): " + ", ".join(absent) + "\n")
-    md.append(targets_report(seed_med, foot_med, give_runs, foot_rows, gb, pairs_ir, seed_min))
+    s = summary_report(seed_rows, foot_med, foot_rows, give_runs, gb)
+    if s:
+        md.append(s)
     text = "\n".join(md)
     with open(os.path.join(a.out, a.name), "w") as f:
         f.write(text)
