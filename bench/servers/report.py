@@ -14,6 +14,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import report as common  # noqa: E402  (bench/tools/report.py: read_jsonl, table, chart, spread)
 
 LABELS = common.PRELOAD_LABELS
