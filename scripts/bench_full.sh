@@ -3,10 +3,12 @@
 # Benchmark cases of every workload (seed, allocate/free pairs, producer-consumer, server churn,
 # map / unordered_map) for every allocator in one binary and, for tcmalloc, jemalloc and mimalloc,
 # the std::allocator cases under LD_PRELOAD; the 50,000,000 x 120 B memory-given-back workload; and
-# instructions per 48-byte pair under callgrind. Writes bench/results/full.md and one PNG per
-# workload; keeps the JSON in bench/results/raw/. About 20 minutes on 2 cores; needs ~8 GiB free.
+# instructions per 48-byte pair under callgrind. Writes full.md and one PNG per workload into
+# $BUILD/results/ (beside the build; --out DIR elsewhere, --publish into the committed
+# bench/results/); keeps the raw JSON in $BUILD/results/raw/. About 20 minutes on 2 cores; needs
+# ~8 GiB free.
 #
-#   scripts/bench_full.sh
+#   scripts/bench_full.sh [--out DIR | --publish]
 #   REPS=5 GB_REPS=3 MIN_TIME=0.2 GIVEBACK_N=50000000 scripts/bench_full.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,14 +17,23 @@ REPS=${REPS:-5}
 GB_REPS=${GB_REPS:-3}
 MIN_TIME=${MIN_TIME:-0.2}
 GIVEBACK_N=${GIVEBACK_N:-50000000}
-RESULTS=$ROOT/bench/results
-RAW=$RESULTS/raw
 # shellcheck source=../bench/tools/common.sh
 . "$ROOT/bench/tools/common.sh"
+RESULTS=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) RESULTS=${2:-}; shift ;;
+    --publish) RESULTS=$PUBLISHED ;;
+    *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+  esac
+  shift
+done
+: "${RESULTS:=$BUILD/results}"
+RAW=$BUILD/results/raw
 
 bench_install_deps
 bench_build
-mkdir -p "$RAW"
+mkdir -p "$RAW" "$RESULTS" || exit 1
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 SEED=$RAW/seed-$stamp.jsonl
 FOOT=$RAW/footprint-$stamp.jsonl
@@ -86,5 +97,7 @@ else
 fi
 
 python3 "$ROOT/bench/tools/report.py" --seed "$SEED" --footprint "$FOOT" --giveback "$GIVE" \
-  --gbench "${GBJ[@]}" --pairs-ir "$IR" --png --machine "$(machine_line)" --out "$RESULTS" --name full.md
+  --gbench "${GBJ[@]}" --pairs-ir "$IR" --png --machine "$(machine_line)" --out "$RESULTS" --name full.md ||
+  exit 1
 note "tables: $RESULTS/full.md; raw JSON: $RAW/*-$stamp.*"
+results_note "$RESULTS"

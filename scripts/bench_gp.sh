@@ -4,7 +4,7 @@
 # and the tbbmalloc proxy. Described in docs/benchmarks.md, "General-purpose workloads".
 #
 #   bash scripts/bench_gp.sh           full run: every workload at 1, 2, 4 and 8 threads, 3
-#                                      repetitions, every allocator; bench/results/gp.{md,jsonl,png}
+#                                      repetitions, every allocator; build-gp/results/gp.{md,jsonl,png}
 #   bash scripts/bench_gp.sh --quick   CI's smoke run: every workload at scale 0.05, 1 and 2
 #                                      threads, glibc and mtpool, checksums checked (build-gp/quick)
 # Options:
@@ -18,7 +18,9 @@
 #   --scale X              work per process times X (0.25: a quarter of the time)
 #   --timeout S            seconds a process may run (a slower allocator's cell reads "> S s" and
 #                          it is not run again at that test and as many threads or more); 30
-#   --out DIR              where gp.md, gp.jsonl and gp.png go
+#   --out DIR              where gp.md, gp.jsonl and gp.png go (build-gp/results, beside the build)
+#   --publish              into the committed bench/results/ (--out bench/results): a run the
+#                          project publishes, committed with the README's tables
 #   --no-build --driver PATH [--mtpool-lib PATH]   install and build nothing: use a driver built
 #                          before (gcc -O2 -pthread bench/gp/gp_bench.c -ldl) and the given library
 # Environment: MTPOOL_LIB_<alloc>=/path gives an allocator's library (MTPOOL_MALLOC_LIB too for
@@ -37,9 +39,9 @@ GP_PACKAGES="gcc make cmake python3 gnuplot-nox libmimalloc2.0 libjemalloc2 libt
   libtbbmalloc2"
 
 peers="" quick=0 build=1 driver="" threads="1 2 4 8" reps=3 tests="" allocs="" scale=1 timeout=30 out=""
-usage() { sed -n '2,30p' "$0" >&2; exit 2; }
+usage() { sed -n '2,31p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || case $1 in --quick | --no-build) ;; *) usage ;; esac
+  [ $# -ge 2 ] || case $1 in --quick | --no-build | --publish) ;; *) usage ;; esac
   case $1 in
     --quick) quick=1 ;;
     --no-build) build=0 ;;
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
     --scale) scale=$2; shift ;;
     --timeout) timeout=$2; shift ;;
     --out) out=$2; shift ;;
+    --publish) out=$PUBLISHED ;;
     *) usage ;;
   esac
   shift
@@ -68,7 +71,7 @@ if [ $quick = 1 ]; then
 fi
 : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
 for p in $peers; do case " $allocs " in *" $p "*) ;; *) allocs="$allocs $p" ;; esac; done
-: "${out:=$ROOT/bench/results}"
+: "${out:=$BUILD/results}"
 
 t_start=$(date +%s)
 if [ $build = 1 ]; then
@@ -132,4 +135,5 @@ python3 "$ROOT/bench/gp/report.py" --in "$raw" --out "$out" --elapsed "$elapsed"
   --versions "$(malloc_versions "$run_allocs")" \
   --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" || rc=1
 note "done in ${elapsed} s: $out/gp.md"
+results_note "$out"
 exit $rc

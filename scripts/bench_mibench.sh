@@ -21,7 +21,10 @@
 #   --allocs "glibc mtpool ..."  a subset of the allocators
 #   --peer NAME=/path/lib.so     one more malloc to preload (NAME begins with its family)
 #   --threads N            the "N" tests' thread count
-#   --out DIR              where mibench.md and mibench.jsonl go (default bench/results)
+#   --out DIR              where mibench.md and mibench.jsonl go (default build-mibench/results,
+#                          beside the build)
+#   --publish              into the committed bench/results/ (--out bench/results): a run the
+#                          project publishes, committed with the README's tables
 #   --security             its security suite instead (bench/security: one heap error a program,
 #                          built small, medium and large), run as bench.sh runs it: 1 s each, caught
 #                          when the program does not get to print NOT_CAUGHT; mtpool twice, by
@@ -46,9 +49,9 @@ ALL_TESTS="cfrac espresso barnes alloc-test1 alloc-testN larsonN larsonN-sized x
 
 src=${MTPOOL_MIBENCH_SRC:-} rev=HEAD peers="" build=1 reps=3 tests="" allocs="" threads=$(nproc) out=""
 security=0
-usage() { sed -n '2,33p' "$0" >&2; exit 2; }
+usage() { sed -n '2,36p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || case $1 in --no-build | --security) ;; *) usage ;; esac
+  [ $# -ge 2 ] || case $1 in --no-build | --security | --publish) ;; *) usage ;; esac
   case $1 in
     --src) src=$2; shift ;;
     --rev) rev=$2; shift ;;
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --peer) add_peer "$2"; peers="$peers ${2%%=*}"; shift ;;
     --threads) threads=$2; shift ;;
     --out) out=$2; shift ;;
+    --publish) out=$PUBLISHED ;;
     *) usage ;;
   esac
   shift
@@ -68,7 +72,7 @@ done
 : "${tests:=$ALL_TESTS}"
 : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
 for p in $peers; do case " $allocs " in *" $p "*) ;; *) allocs="$allocs $p" ;; esac; done
-: "${out:=$ROOT/bench/results}"
+: "${out:=$BUILD/results}"
 if [ -z "$src" ] || [ ! -d "$src" ]; then
   note "no mimalloc-bench sources: MTPOOL_MIBENCH_SRC=DIR or --src DIR"
   exit 2
@@ -161,6 +165,7 @@ if [ $security = 1 ]; then
     --versions "$(malloc_versions "$run_allocs")" \
     --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}"
   note "done in ${elapsed} s: $out/mibench-security.md"
+  results_note "$out"
   exit 0
 fi
 
@@ -242,4 +247,5 @@ python3 "$ROOT/bench/mibench/report.py" --in "$raw" --out "$out" --elapsed "$ela
   --origin "$origin" --versions "$(malloc_versions "$run_allocs")" \
   --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" || rc=1
 note "done in ${elapsed} s: $out/mibench.md"
+results_note "$out"
 exit $rc

@@ -8,7 +8,8 @@
 #   bash scripts/bench_musl.sh              every workload at 1, 2 and 4 threads, 3 repetitions
 #   bash scripts/bench_musl.sh --quick      scale 0.05, 1 and 2 threads, 1 repetition
 # Options: --threads "1 2 4", --reps N, --tests "larson tree", --scale X (work per process times X),
-#   --timeout S (seconds a process may run; 60), --out DIR (bench/results: gp-musl.{md,jsonl}).
+#   --timeout S (seconds a process may run; 60), --out DIR (where gp-musl.{md,jsonl} go:
+#   build-musl-bench/results, beside the build), --publish (into the committed bench/results/).
 # The peers of scripts/bench_gp.sh (Debian's mimalloc, jemalloc, tcmalloc, tbbmalloc) are glibc
 # libraries: each one installed is tried in the musl driver and recorded as not loadable when
 # musl's loader refuses it. Exits non-zero when a process fails or runs on another malloc than it
@@ -24,6 +25,7 @@ usage() { sed -n '2,17p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1; shift; continue ;;
+    --publish) out=$PUBLISHED; shift; continue ;;
   esac
   [ $# -ge 2 ] || usage
   case $1 in
@@ -43,7 +45,7 @@ if [ $quick = 1 ]; then
   [ "$scale" = 1 ] && scale=0.05
   : "${out:=$BUILD/quick}"
 fi
-: "${out:=$ROOT/bench/results}"
+: "${out:=$BUILD/results}"
 command -v musl-gcc >/dev/null || { note "musl-gcc not found: apt-get install musl-tools"; exit 1; }
 
 t_start=$(date +%s)
@@ -109,4 +111,5 @@ rm -f "$out/gp-musl.err"
 python3 "$ROOT/bench/gp/report_musl.py" --in "$raw" --out "$out/gp-musl.md" --machine "$machine" \
   --elapsed $(( $(date +%s) - t_start )) --reps "$reps" --scale "$scale" --peers "$peers" || rc=1
 note "done in $(( $(date +%s) - t_start )) s: $out/gp-musl.md"
+results_note "$out"
 exit $rc

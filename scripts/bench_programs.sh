@@ -30,7 +30,7 @@
 #
 #   bash scripts/bench_programs.sh           full run: every program and allocator, 5
 #                                            repetitions, 300 start-ups each;
-#                                            bench/results/programs.{md,jsonl,png}
+#                                            build-programs/results/programs.{md,jsonl,png}
 #   bash scripts/bench_programs.sh --quick   CI's check: small inputs, glibc and mtpool, 1
 #                                            repetition, 40 start-ups, every check
 #                                            (build-programs/quick)
@@ -44,6 +44,9 @@
 #   --programs "python3 sort ..."    a subset of the programs (and "startup")
 #   --startup-runs N       start-ups per allocator and program, in batches of --batch (25)
 #   --out DIR              where programs.md, programs.jsonl and programs.png go
+#                          (build-programs/results, beside the build)
+#   --publish              into the committed bench/results/ (--out bench/results): a run the
+#                          project publishes, committed with the README's tables
 #   --no-build [--mtpool-lib PATH]   build no mtpool library: use the given one (or
 #                          MTPOOL_LIB_mtpool / MTPOOL_MALLOC_LIB); the small helpers are still
 #                          compiled with gcc
@@ -62,9 +65,9 @@ unset LD_PRELOAD
 
 ALL_PROGRAMS="python3 perl sort sqlite3 xz g++ git make ruby lua startup"
 peers="" quick=0 build=1 reps=5 allocs="" programs="" startup_runs=300 batch=25 out=""
-usage() { sed -n '2,50p' "$0" >&2; exit 2; }
+usage() { sed -n '2,53p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || case $1 in --quick | --no-build) ;; *) usage ;; esac
+  [ $# -ge 2 ] || case $1 in --quick | --no-build | --publish) ;; *) usage ;; esac
   case $1 in
     --quick) quick=1 ;;
     --no-build) build=0 ;;
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
     --startup-runs) startup_runs=$2; shift ;;
     --batch) batch=$2; shift ;;
     --out) out=$2; shift ;;
+    --publish) out=$PUBLISHED ;;
     *) usage ;;
   esac
   shift
@@ -99,7 +103,7 @@ fi
 : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
 for p in $peers; do case " $allocs " in *" $p "*) ;; *) allocs="$allocs $p" ;; esac; done
 : "${programs:=$ALL_PROGRAMS}"
-: "${out:=$ROOT/bench/results}"
+: "${out:=$BUILD/results}"
 for p in $programs; do
   case " $ALL_PROGRAMS " in *" $p "*) ;; *) note "unknown program $p ($ALL_PROGRAMS)"; exit 2 ;; esac
 done
@@ -154,7 +158,7 @@ if [ "$(cat "$work/.stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 P=$ROOT/bench/programs
 run=$work/run
-# the machine and tree before this run rewrites its results (under bench/results: tracked files)
+# the machine and tree before this run rewrites its results (published: tracked files)
 machine=$(machine_line)
 mkdir -p "$out"
 raw=$out/programs.jsonl
@@ -259,4 +263,5 @@ python3 "$ROOT/bench/programs/report.py" --in "$raw" --out "$out" --elapsed "$el
   --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" \
   --versions "$(malloc_versions "$run_allocs")" || rc=1
 note "done in ${elapsed} s: $out/programs.md"
+results_note "$out"
 exit $rc

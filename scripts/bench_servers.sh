@@ -4,11 +4,13 @@
 # and the tbbmalloc proxy. Described in docs/servers.md.
 #
 #   bash scripts/bench_servers.sh            full run: 100,000 entries / objects, 3 repetitions,
-#                                            every allocator; writes bench/results/servers.{md,png}
+#                                            every allocator; writes build-servers/results/
+#                                            servers.{md,jsonl,png}
 #   bash scripts/bench_servers.sh --quick    CI's smoke run (under a minute once built): small
 #                                            sizes, glibc and mtpool (mimalloc if mtpool's library
 #                                            is missing); writes build-servers/quick/servers.md
 # Options: --allocs "glibc mtpool ..." (subset), --out DIR (where the table, chart and raw lines go),
+# --publish (into the committed bench/results/, for a run the project publishes),
 # --peer NAME=/path/lib.so (one more malloc, any number; NAME begins with its family, e.g.
 # mimalloc-dev=...; the newest releases that scripts/build_peers.sh built are run without it).
 # Environment: MTPOOL_MALLOC_LIB=/path/libmtpool-malloc.so overrides the library found in the
@@ -37,8 +39,9 @@ while [ $# -gt 0 ]; do
     --quick) quick=1 ;;
     --allocs) allocs=$2; shift ;;
     --out) out=$2; shift ;;
+    --publish) out=$PUBLISHED ;;
     --peer) add_peer "${2:-}"; peers="$peers ${2%%=*}"; shift ;;
-    *) echo "usage: $0 [--quick] [--allocs \"glibc mtpool ...\"] [--out DIR] [--peer NAME=/path/lib.so]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick] [--allocs \"glibc mtpool ...\"] [--out DIR | --publish] [--peer NAME=/path/lib.so]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -89,7 +92,7 @@ if [ $quick = 1 ]; then
   export SRV_OBJECTS=${SRV_OBJECTS:-5000} SRV_SQUID_VARIANTS=${SRV_SQUID_VARIANTS:-off}
 else
   : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
-  : "${out:=$ROOT/bench/results}"
+  : "${out:=$BUILD/results}"
   export SRV_REPS=${SRV_REPS:-3} SRV_ENTRIES=${SRV_ENTRIES:-100000} SRV_SECONDS=${SRV_SECONDS:-3}
   export SRV_OBJECTS=${SRV_OBJECTS:-100000} SRV_SQUID_VARIANTS=${SRV_SQUID_VARIANTS:-"off on chunked"}
   export SRV_SQUID_POOL_ALLOCS=${SRV_SQUID_POOL_ALLOCS:-"glibc mtpool"}
@@ -113,4 +116,5 @@ python3 "$ROOT/bench/servers/report.py" --in "$raw" --out "$out" --elapsed "$ela
   --mtpool-lib "$(have mtpool && echo "$mt_lib (${MTPOOL_MALLOC_LIB:+from MTPOOL_MALLOC_LIB, }$(sha256sum "$mt_lib" | cut -c1-12))")" \
   --versions "$(malloc_versions "$run_allocs")" --check "$run_allocs" || rc=1
 note "done in ${elapsed} s: $out/servers.md"
+results_note "$out"
 exit $rc

@@ -8,14 +8,16 @@
 # interpreter, or a false report of ours, fails its test there.
 #
 #   bash scripts/test_suites.sh        glibc, mtpool and mtpool-checked, the whole suite;
-#                                      bench/results/suites.{md,jsonl}  (about 12 min each on 2 cores)
+#                                      build-suites/results/suites.{md,jsonl}  (about 12 min each
+#                                      on 2 cores)
 # Options:
 #   --allocs "glibc mtpool ..."   the mallocs (glibc, mtpool, mtpool-checked, and the peers that
 #                                 bench/tools/common.sh's malloc_lib knows); glibc is the reference
 #   --tests "test_dict ..."       a subset of the suite's tests (default: all)
 #   --jobs N                      tests run at once (python3 -m test -j; default: the CPUs)
 #   --timeout S                   seconds a test may run (300)
-#   --out DIR                     where the report goes (bench/results)
+#   --out DIR                     where the report goes (build-suites/results, beside the build)
+#   --publish                     into the committed bench/results/ (--out bench/results)
 #   --name NAME                   its file names: NAME.md, NAME.jsonl (suites)
 #   --env "VAR=VALUE ..."         set in every run (glibc's too), e.g. PYTHONMALLOC=malloc: then
 #                                 every Python object comes from the malloc under test, not from
@@ -34,11 +36,12 @@ BUILD=${MTPOOL_SUITES_BUILD:-$ROOT/build-suites}
 . "$ROOT/bench/tools/common.sh"
 unset LD_PRELOAD
 
-allocs="glibc mtpool mtpool-checked" tests="" jobs=$(nproc) timeout=300 out=$ROOT/bench/results
+allocs="glibc mtpool mtpool-checked" tests="" jobs=$(nproc) timeout=300 out=$BUILD/results
 name=suites extra="" report_only=0
-usage() { sed -n '2,27p' "$0" >&2; exit 2; }
+usage() { sed -n '2,29p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   if [ "$1" = --report ]; then report_only=1; shift; continue; fi
+  if [ "$1" = --publish ]; then out=$PUBLISHED; shift; continue; fi
   [ $# -ge 2 ] || usage
   case $1 in
     --allocs) allocs=$2 ;;
@@ -155,4 +158,5 @@ for a, t in seen:
 sys.exit(1 if bad else 0)
 EOF
 cat "$out/$name.md"
+results_note "$out"
 exit $rc

@@ -2,9 +2,9 @@
 # How well block sizes fit requests, per allocator: bench/gp/fit.c (malloc_usable_size(p) / n for
 # n from 1 KiB to 4 MiB, fresh and just after a block a quarter larger was freed) preloaded with
 # each allocator. Deterministic: one run each. Writes a dated markdown table
-# (bench/results/fit.md by default).
+# (build-gp/results/fit.md by default, beside the build; --publish: bench/results/fit.md).
 #
-#   bash bench/gp/fit.sh [--allocs "..."] [--mtpool-lib PATH] [--out FILE]
+#   bash bench/gp/fit.sh [--allocs "..."] [--mtpool-lib PATH] [--out FILE | --publish]
 # Defaults: glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc and the newest peers
 # scripts/build_peers.sh built (those this machine has: bench/tools/common.sh's malloc_lib),
 # mtpool's library from build-gp/ (scripts/bench_gp.sh) unless given. Each process checks which
@@ -16,6 +16,7 @@ BUILD=${MTPOOL_GP_BUILD:-$ROOT/build-gp}
 . "$ROOT/bench/tools/common.sh"
 allocs="" out=""
 while [ $# -gt 0 ]; do
+  if [ "$1" = --publish ]; then out=$PUBLISHED/fit.md; shift; continue; fi
   [ $# -ge 2 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
   case $1 in
     --allocs) allocs=$2 ;;
@@ -26,7 +27,8 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 : "${allocs:=glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc $(peer_names)}"
-: "${out:=$ROOT/bench/results/fit.md}"
+: "${out:=$BUILD/results/fit.md}"
+mkdir -p "$(dirname "$out")"
 export MTPOOL_LIB_mtpool=${MTPOOL_LIB_mtpool:-${MTPOOL_MALLOC_LIB:-$BUILD/malloc/libmtpool-malloc.so}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -72,3 +74,4 @@ EOF
   done
 } >"$out"
 echo "wrote $out" >&2
+results_note "$out"

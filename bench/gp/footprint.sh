@@ -2,10 +2,11 @@
 # Resident memory per thread that allocates a little, per allocator: bench/gp/thread_footprint.c
 # (THREADS threads each allocate BLOCKS blocks of 16 B-3 KiB and wait; RssAnon added per thread)
 # preloaded with each allocator, repetitions interleaved, the median per cell. Writes a dated
-# markdown table (bench/results/thread-footprint.md by default).
+# markdown table (build-gp/results/thread-footprint.md by default, beside the build; --publish:
+# bench/results/thread-footprint.md).
 #
 #   bash bench/gp/footprint.sh [--cases "1000x20 100x20 1000x200"] [--reps N] [--allocs "..."]
-#                              [--mtpool-lib PATH] [--out FILE]
+#                              [--mtpool-lib PATH] [--out FILE | --publish]
 # Defaults: the three cases above, 5 repetitions, glibc mtpool mimalloc jemalloc tcmalloc
 # tbbmalloc (those this machine has: bench/tools/common.sh's malloc_lib), mtpool's library from
 # build-gp/ (scripts/bench_gp.sh) unless given. Each process checks which malloc it ran on.
@@ -16,18 +17,20 @@ BUILD=${MTPOOL_GP_BUILD:-$ROOT/build-gp}
 . "$ROOT/bench/tools/common.sh"
 cases="1000x20 100x20 1000x200" reps=5 allocs="glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc" out=""
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+  if [ "$1" = --publish ]; then out=$PUBLISHED/thread-footprint.md; shift; continue; fi
+  [ $# -ge 2 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
   case $1 in
     --cases) cases=$2 ;;
     --reps) reps=$2 ;;
     --allocs) allocs=$2 ;;
     --mtpool-lib) export MTPOOL_LIB_mtpool=$2 ;;
     --out) out=$2 ;;
-    *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,12p' "$0" >&2; exit 2 ;;
   esac
   shift 2
 done
-: "${out:=$ROOT/bench/results/thread-footprint.md}"
+: "${out:=$BUILD/results/thread-footprint.md}"
+mkdir -p "$(dirname "$out")"
 export MTPOOL_LIB_mtpool=${MTPOOL_LIB_mtpool:-${MTPOOL_MALLOC_LIB:-$BUILD/malloc/libmtpool-malloc.so}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -76,3 +79,4 @@ median() { sort -n "$1" | awk '{v[NR] = $1} END {m = (NR % 2) ? v[(NR + 1) / 2] 
   done
 } >"$out"
 echo "wrote $out" >&2
+results_note "$out"

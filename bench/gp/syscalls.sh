@@ -2,10 +2,11 @@
 # Memory system calls per general-purpose workload and allocator: each workload of
 # bench/gp/gp_bench.c runs once per allocator (preloaded, as in scripts/bench_gp.sh) under
 # `strace -f -c`, and the calls of mmap, munmap, mremap and madvise are counted (brk too, for
-# glibc's heap). Writes a dated markdown table (bench/results/gp-syscalls.md by default).
+# glibc's heap). Writes a dated markdown table (build-gp/results/gp-syscalls.md by default,
+# beside the build; --publish: bench/results/gp-syscalls.md).
 #
 #   bash bench/gp/syscalls.sh [--threads N] [--scale X] [--tests "a b"] [--allocs "glibc mtpool"]
-#                             [--driver PATH] [--mtpool-lib PATH] [--out FILE]
+#                             [--driver PATH] [--mtpool-lib PATH] [--out FILE | --publish]
 # Defaults: 2 threads, scale 1, every workload (gp_bench --list), glibc mtpool mimalloc jemalloc
 # tcmalloc tbbmalloc (those this machine has: bench/tools/common.sh's malloc_lib), the driver and
 # library that scripts/bench_gp.sh built (build-gp/), else the driver is compiled here.
@@ -19,6 +20,7 @@ BUILD=${MTPOOL_GP_BUILD:-$ROOT/build-gp}
 . "$ROOT/bench/tools/common.sh"
 threads=2 scale=1 tests="" allocs="glibc mtpool mimalloc jemalloc tcmalloc tbbmalloc" driver="" out=""
 while [ $# -gt 0 ]; do
+  if [ "$1" = --publish ]; then out=$PUBLISHED/gp-syscalls.md; shift; continue; fi
   [ $# -ge 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
   case $1 in
     --threads) threads=$2 ;;
@@ -32,7 +34,8 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-: "${out:=$ROOT/bench/results/gp-syscalls.md}"
+: "${out:=$BUILD/results/gp-syscalls.md}"
+mkdir -p "$(dirname "$out")"
 command -v strace >/dev/null || { echo "strace is not installed" >&2; exit 1; }
 export MTPOOL_LIB_mtpool=${MTPOOL_LIB_mtpool:-${MTPOOL_MALLOC_LIB:-$BUILD/malloc/libmtpool-malloc.so}}
 if [ -z "$driver" ]; then
@@ -81,3 +84,4 @@ done
   done
 } >"$out"
 echo "wrote $out" >&2
+results_note "$out"
