@@ -5,11 +5,14 @@ Each table sits in README.md between two markers,
     <!-- table:NAME begin -->
     <!-- table:NAME end -->
 and everything between them is this script's: a line with the run's date, machine and result
-file, then a short table. Figures come only from the result files: the raw JSON lines where they
-are committed (general-purpose workloads, real programs, servers), through the functions of the
-reports that wrote the .md files (bench/tools/report.py, bench/gp/report.py,
-bench/servers/report.py); the seed and cross-thread tables from the tables bench/tools/report.py
-wrote, since their raw lines are not committed.
+file, then a short table. Figures come only from the results committed in bench/results/ of the
+tree this script lies in (read from its files): the raw JSON lines where they are committed
+(general-purpose workloads, real programs, servers), through the functions of the reports that
+wrote the .md files (bench/tools/report.py, bench/gp/report.py, bench/servers/report.py); the seed
+and cross-thread tables from the tables bench/tools/report.py wrote (seed.md, full.md). A
+benchmark run writes beside its build and leaves bench/results/ alone unless told to publish
+(--publish): so the check holds after any run, and a published run is committed with the tables
+it changes.
 
     python3 scripts/readme_tables.py --write   rewrite the tables in README.md in place
     python3 scripts/readme_tables.py --check   exit 1, with a diff, when README.md's tables differ
@@ -23,6 +26,7 @@ import importlib.util
 import os
 import re
 import statistics
+import subprocess
 import sys
 from collections import defaultdict
 
@@ -336,6 +340,17 @@ def render(text):
     return text
 
 
+def uncommitted_results():
+    """The files of bench/results/ that git says differ from the last commit (none where git or
+    the repository is missing): the likely cause when the tables stop matching."""
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--",
+                              rel(RESULTS)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line[3:] for line in out.stdout.splitlines()] if out.returncode == 0 else []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_mutually_exclusive_group(required=True)
@@ -357,6 +372,11 @@ def main():
                                                    "README.md", "README.md as written from bench/results"))
         print("readme_tables: README.md's tables differ from bench/results/ (above); "
               "run: python3 scripts/readme_tables.py --write")
+        changed = uncommitted_results()
+        if changed:
+            print("readme_tables: these files of bench/results/ differ from the last commit: "
+                  + ", ".join(changed) + ". A run published into bench/results/ (--publish) is "
+                  "committed with README.md's tables (--write); otherwise git checkout -- bench/results")
         bad = 1
     n = len(text.splitlines())
     if n > MAX_LINES:
