@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
     --seed-only) seed_only=1 ;;
     --out) RESULTS=${2:-}; shift ;;
     --publish) RESULTS=$PUBLISHED ;;
-    *) sed -n '2,27p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
