@@ -70,7 +70,7 @@ static void test_advice(void) {
   const char *env = getenv("MTPOOL_HUGEPAGES");
   int mode = mtp__hugepages_mode();
   mtpi_rset_t rs = {0};
-  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
+  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
   REQUIRE(s != NULL, "a span");
   s->kind = MTP_PAGE_SLAB;
   mtpi_region_t *r = mtp__region_of_desc(s);
@@ -91,7 +91,7 @@ static void test_advice(void) {
     CHECK(r->h.huge_pages == 0);
   }
   mtp__region_free_run(&rs, s, 0);
-  mtp__region_purge(&rs, 0, -1, true);
+  mtp__region_purge(&rs, 0, -1, true, NULL);
   CHECK(rs.regions == NULL);
   if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised if used whole */
     for (int touch = 1; touch >= 0; touch--) {
@@ -99,7 +99,7 @@ static void test_advice(void) {
       memset(&set, 0, sizeof set);
       mtpi_desc_t *t = NULL, *first = NULL;
       while (set.mapped_bytes - set.clean_bytes <= MTP_HUGE_AUTO_BYTES) { /* pages in use */
-        t = mtp__region_alloc_slab(&set, 4, NULL, false, false);
+        t = mtp__region_alloc_slab(&set, 4, NULL, false, false, NULL);
         REQUIRE(t != NULL, "a span");
         t->kind = MTP_PAGE_SLAB;
         if (touch) { /* resident whole (handed out first, as a slab would: for the sanitizers) */
@@ -144,7 +144,7 @@ static void test_huge_purge(void) {
   mtpi_rset_t rs = {0};
   mtpi_desc_t *got[MTP_PAGES_PER_REGION] = {0};
   for (unsigned i = 0; i < MTP_REGION_USABLE_PAGES; i++) {
-    mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
+    mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
     REQUIRE(s != NULL, "a span");
     s->kind = MTP_PAGE_SLAB;
     got[s - mtp__region_of_desc(s)->pages] = s;
@@ -165,7 +165,7 @@ static void test_huge_purge(void) {
   for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
     if (i != keep && i != low_keep) mtp__region_free_run(&rs, got[i], i == late ? 900 : 100);
   size_t rss0 = th_rss();
-  size_t back = mtp__region_purge(&rs, 1000, 500, false);
+  size_t back = mtp__region_purge(&rs, 1000, 500, false, NULL);
   /* the lower huge range, all its free pages due and one in use: split and purged; the upper one
    * waits for its last free page */
   CHECK((r->h.dirty_mask[0] & lower) == 0);
@@ -174,7 +174,7 @@ static void test_huge_purge(void) {
   CHECK(mtp__region_dirty_left(&rs));
   CHECK(r->h.huge_split[0] == lower);
   /* all due: split (advised no-huge), every free page of it purged, the used one kept */
-  back = mtp__region_purge(&rs, 1400, 500, false);
+  back = mtp__region_purge(&rs, 1400, 500, false, NULL);
   size_t rss1 = th_rss();
   CHECK_EQ_SZ(back, (size_t)(hp - 1) << MTP_PAGE_SHIFT);
   CHECK(r->h.dirty_mask[0] == 0 && !mtp__region_dirty_left(&rs));
@@ -186,23 +186,23 @@ static void test_huge_purge(void) {
   EXPECT(rss0 > rss1 && rss0 - rss1 + RSS_SLACK >= freed * PCT / 100, "RSS %zu -> %zu kB", rss0 / 1024, rss1 / 1024);
   CHECK(((const char *)mtp__page_start(got[keep]))[5] == 1); /* the page in use kept its data */
   /* split, it is purged page by page */
-  mtpi_desc_t *again = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
+  mtpi_desc_t *again = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
   REQUIRE(again != NULL && mtp__region_of_desc(again) == r, "a span of the region");
   again->kind = MTP_PAGE_SLAB;
   touch(again, 4);
   mtp__region_free_run(&rs, again, 3000);
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false), MTP_PAGE_SIZE);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false, NULL), MTP_PAGE_SIZE);
   /* the last used page of the range is freed: purged whole after the delay, advised huge again */
   mtp__region_free_run(&rs, got[keep], 4000);
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false), 0); /* not due yet */
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false), MTP_PAGE_SIZE);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false, NULL), 0); /* not due yet */
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false, NULL), MTP_PAGE_SIZE);
   CHECK(r->h.huge_split[0] == lower); /* the upper range whole again; the lower one still split */
   REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
   printf("  all free: VmFlags:%s", flags);
   CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
   /* a forced purge (trim) does not wait for the delay */
   mtp__region_free_run(&rs, got[low_keep], 5000);
-  CHECK(mtp__region_purge(&rs, 5000, 500, true) >= MTP_PAGE_SIZE);
+  CHECK(mtp__region_purge(&rs, 5000, 500, true, NULL) >= MTP_PAGE_SIZE);
   CHECK(rs.regions == NULL); /* all free and clean: unmapped */
   CHECK(!mtp__is_region_ptr((uintptr_t)upper_at));
 }

@@ -10,7 +10,7 @@ static void test_spans_and_page_map(void) {
   mtpi_desc_t *s[3];
   unsigned pages[3] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
-    s[i] = mtp__region_alloc_slab(&rs, pages[i], NULL, false, false);
+    s[i] = mtp__region_alloc_slab(&rs, pages[i], NULL, false, false, NULL);
     CHECK(s[i] != NULL);
     s[i]->kind = MTP_PAGE_SLAB; /* what a slab format would do */
     char *start = mtp__page_start(s[i]);
@@ -34,7 +34,7 @@ static void test_spans_and_page_map(void) {
   mtp__region_validate(&rs);
   CHECK(mtp__region_dirty_left(&rs));
   /* all free and due: purged, then the region (all free and clean) is unmapped */
-  size_t back = mtp__region_purge(&rs, 1000, 0, false);
+  size_t back = mtp__region_purge(&rs, 1000, 0, false, NULL);
   CHECK(back >= (size_t)7 << MTP_PAGE_SHIFT);
   CHECK(rs.regions == NULL);
   CHECK(!mtp__is_region_ptr((uintptr_t)mtp__region_base(r)));
@@ -46,19 +46,19 @@ static void test_fill_a_region(void) {
   mtpi_desc_t *got[MTP_PAGES_PER_REGION];
   unsigned n = 0;
   for (; n < MTP_REGION_USABLE_PAGES; n++) {
-    got[n] = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
+    got[n] = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
     CHECK(got[n] != NULL);
     got[n]->kind = MTP_PAGE_SLAB;
   }
   CHECK(rs.regions->next == NULL); /* one region held them all */
-  mtpi_desc_t *more = mtp__region_alloc_slab(&rs, 1, NULL, false, false); /* a second region */
+  mtpi_desc_t *more = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL); /* a second region */
   CHECK(more != NULL && mtp__region_of_desc(more) != mtp__region_of_desc(got[0]));
   more->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs); /* the full region went to the back */
   for (unsigned i = 0; i < n; i++) mtp__region_free_run(&rs, got[i], 0);
   mtp__region_free_run(&rs, more, 0);
   mtp__region_validate(&rs);
-  mtp__region_purge(&rs, 0, -1, true);
+  mtp__region_purge(&rs, 0, -1, true, NULL);
   CHECK(rs.regions == NULL);
 }
 
@@ -68,39 +68,39 @@ static void test_fill_a_region(void) {
 static void test_claims(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *a = NULL, *b = NULL, *c = NULL;
-  mtpi_desc_t *sa = mtp__region_alloc_slab(&rs, 1, &a, true, true);
+  mtpi_desc_t *sa = mtp__region_alloc_slab(&rs, 1, &a, true, true, NULL);
   CHECK(sa != NULL && a == mtp__region_of_desc(sa) && a->h.claim == &a);
   sa->kind = MTP_PAGE_SLAB;
-  mtpi_desc_t *sb = mtp__region_alloc_slab(&rs, 1, &b, true, true);
+  mtpi_desc_t *sb = mtp__region_alloc_slab(&rs, 1, &b, true, true, NULL);
   CHECK(sb != NULL && b == mtp__region_of_desc(sb) && b != a && b->h.claim == &b);
   sb->kind = MTP_PAGE_SLAB;
-  mtpi_desc_t *sa2 = mtp__region_alloc_slab(&rs, 1, &a, true, true); /* from its own region again */
+  mtpi_desc_t *sa2 = mtp__region_alloc_slab(&rs, 1, &a, true, true, NULL); /* from its own region again */
   CHECK(sa2 != NULL && mtp__region_of_desc(sa2) == a);
   sa2->kind = MTP_PAGE_SLAB;
   /* a resident page of a's region goes to a third heap, which claims nothing for it */
   mtp__region_free_run(&rs, sa2, 0);
-  mtpi_desc_t *sc = mtp__region_alloc_slab(&rs, 1, &c, true, true);
+  mtpi_desc_t *sc = mtp__region_alloc_slab(&rs, 1, &c, true, true, NULL);
   CHECK(sc == sa2 && c == NULL && a->h.claim == &a);
   sc->kind = MTP_PAGE_SLAB;
   /* its next fresh page: not in a's or b's region, but a region it claims */
-  mtpi_desc_t *sc2 = mtp__region_alloc_slab(&rs, 1, &c, true, true);
+  mtpi_desc_t *sc2 = mtp__region_alloc_slab(&rs, 1, &c, true, true, NULL);
   CHECK(sc2 != NULL && c != NULL && c != a && c != b && c->h.claim == &c);
   sc2->kind = MTP_PAGE_SLAB;
   /* without a hint (checked mode): any free page */
-  mtpi_desc_t *sn = mtp__region_alloc_slab(&rs, 1, NULL, false, false);
+  mtpi_desc_t *sn = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
   CHECK(sn != NULL && rs.mapped_bytes == 3 * MTP_REGION_SIZE);
   sn->kind = MTP_PAGE_SLAB;
   mtp__region_validate(&rs);
   mtpi_desc_t *all[] = {sa, sb, sc, sc2, sn};
   for (unsigned i = 0; i < 5; i++) mtp__region_free_run(&rs, all[i], 0);
-  mtp__region_purge(&rs, 0, -1, true);
+  mtp__region_purge(&rs, 0, -1, true, NULL);
   CHECK_EQ_SZ(rs.mapped_bytes, 3 * MTP_REGION_SIZE); /* claimed regions stay mapped */
   CHECK(mtp__is_region_ptr((uintptr_t)mtp__region_base(a)) && mtp__is_region_ptr((uintptr_t)mtp__region_base(c)));
   mtp__region_unclaim(&a);
   CHECK(a == NULL);
   mtp__region_unclaim(&b);
   mtp__region_unclaim(&c);
-  mtp__region_purge(&rs, 0, -1, true);
+  mtp__region_purge(&rs, 0, -1, true, NULL);
   CHECK(rs.regions == NULL);
   CHECK_EQ_SZ(rs.mapped_bytes, 0);
 }
@@ -112,29 +112,29 @@ static void test_claims(void) {
 static void test_first_spans_share(void) {
   mtpi_rset_t rs = {0};
   mtpi_region_t *f = NULL;
-  mtpi_desc_t *sf = mtp__region_alloc_slab(&rs, 1, &f, false, false);
+  mtpi_desc_t *sf = mtp__region_alloc_slab(&rs, 1, &f, false, false, NULL);
   CHECK(sf != NULL && f == mtp__region_of_desc(sf) && f->h.claim == &f && rs.claimed == 1);
   sf->kind = MTP_PAGE_SLAB;
   mtp__region_free_run(&rs, sf, 0);
   mtp__region_unclaim(&f);
   CHECK(rs.claimed == 0);
-  mtp__region_purge(&rs, 0, -1, true);
+  mtp__region_purge(&rs, 0, -1, true, NULL);
   CHECK(rs.regions == NULL);
   rs.claimed = MTP_REGION_FREE_CLAIMS; /* as if that many heaps held a region each */
   mtpi_region_t *h[8] = {0};
   mtpi_desc_t *s[8];
   for (unsigned i = 0; i < 8; i++) {
-    s[i] = mtp__region_alloc_slab(&rs, 1, &h[i], false, false);
+    s[i] = mtp__region_alloc_slab(&rs, 1, &h[i], false, false, NULL);
     CHECK(s[i] != NULL && h[i] == NULL);
     s[i]->kind = MTP_PAGE_SLAB;
   }
   CHECK_EQ_SZ(rs.mapped_bytes, MTP_REGION_SIZE); /* one region for the eight */
   mtpi_region_t *g = NULL;
-  mtpi_desc_t *sg = mtp__region_alloc_slab(&rs, 1, &g, true, true);
+  mtpi_desc_t *sg = mtp__region_alloc_slab(&rs, 1, &g, true, true, NULL);
   CHECK(sg != NULL && g == mtp__region_of_desc(sg) && g->h.claim == &g);
   sg->kind = MTP_PAGE_SLAB;
   mtpi_region_t *x = NULL;
-  mtpi_desc_t *sx = mtp__region_alloc_slab(&rs, 1, &x, false, false);
+  mtpi_desc_t *sx = mtp__region_alloc_slab(&rs, 1, &x, false, false, NULL);
   CHECK(sx != NULL && x == NULL && mtp__region_of_desc(sx) != g);
   CHECK(mtp__region_of_desc(sx)->h.claim == NULL);
   sx->kind = MTP_PAGE_SLAB;
@@ -144,7 +144,7 @@ static void test_first_spans_share(void) {
   mtp__region_free_run(&rs, sx, 0);
   mtp__region_unclaim(&g);
   CHECK(rs.claimed == MTP_REGION_FREE_CLAIMS);
-  mtp__region_purge(&rs, 0, -1, true);
+  mtp__region_purge(&rs, 0, -1, true, NULL);
   CHECK(rs.regions == NULL);
 }
 
@@ -157,7 +157,7 @@ static void test_populate_ahead(void) {
     mtpi_desc_t *s[8];
     size_t asked = 0;
     for (unsigned i = 0; i < 8; i++) {
-      s[i] = mtp__region_alloc_slab(&rs, 1, &r, true, populate != 0);
+      s[i] = mtp__region_alloc_slab(&rs, 1, &r, true, populate != 0, NULL);
       CHECK(s[i] != NULL);
       s[i]->kind = MTP_PAGE_SLAB;
       void *at;
@@ -172,7 +172,7 @@ static void test_populate_ahead(void) {
       CHECK_EQ_SZ(asked, 0);
       /* nor did those spans count towards the streak: the next one that may populate is the
        * first of a streak, so it asks for nothing */
-      mtpi_desc_t *t = mtp__region_alloc_slab(&rs, 1, &r, true, true);
+      mtpi_desc_t *t = mtp__region_alloc_slab(&rs, 1, &r, true, true, NULL);
       CHECK(t != NULL);
       t->kind = MTP_PAGE_SLAB;
       void *at;
@@ -184,7 +184,7 @@ static void test_populate_ahead(void) {
     mtp__region_validate(&rs);
     for (unsigned i = 0; i < 8; i++) mtp__region_free_run(&rs, s[i], 0);
     mtp__region_unclaim(&r);
-    mtp__region_purge(&rs, 0, -1, true);
+    mtp__region_purge(&rs, 0, -1, true, NULL);
     CHECK(rs.regions == NULL);
   }
 }

@@ -8,7 +8,7 @@
 static mtpi_rset_t rs;
 
 static mtpi_desc_t *fresh(unsigned cls) {
-  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, mtp__class_pages[cls], NULL, false, false);
+  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, mtp__class_pages[cls], NULL, false, false, NULL);
   CHECK(s != NULL);
   mtp__slab_format(s, cls, false);
   mtp__store_relaxed(&s->owner, 1);
@@ -116,7 +116,7 @@ int main(void) {
   RUN(test_carve_page_sizes);
   RUN(test_local_and_remote);
   RUN(test_detach_news_adopt);
-  mtp__region_purge(&rs, 0, 0, true);
+  mtp__region_purge(&rs, 0, 0, true, NULL);
   CHECK(rs.regions == NULL);
   DONE();
 }

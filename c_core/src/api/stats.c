@@ -125,7 +125,8 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out, size_t *regions) {
   out->allocs = allocs;
   out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;
   out->remote_frees += remote;
-  out->bytes_returned = mtp__u64_load_relaxed(&p->bytes_returned); /* relaxed: a statistic */
+  /* relaxed: statistics */
+  out->bytes_returned = mtp__u64_load_relaxed(&p->bytes_returned) + mtp__u64_load_relaxed(&p->rs.returned);
 }
 
 int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) {

@@ -360,6 +360,9 @@ typedef struct mtpi_rset {
   /* Pages not in a run are PROT_NONE, so that a stray access (1 MiB past a block) faults: checked
    * pools. Written once, when the pool is made; such regions get no huge-page advice. */
   bool guard_free;
+  /* Bytes purged and unmapped so far (region/purge.c: added under the lock as each batch ends,
+   * relaxed: a statistic, part of the pool's bytes_returned). */
+  mtpi_atomic_u64 returned;
   /* Regions unmapped so far. Written under the pool lock (relaxed add); read without it by a
    * remote free before its push, and again under the lock by its news (mtp__pool_detached_news):
    * equal, and no region of this set went away in between. */
@@ -369,14 +372,17 @@ typedef struct mtpi_rset {
 typedef struct mtpi_region_hdr {
   mtpi_rset_t *set; /* the set (pool) that owns the region */
   mtpi_node_t link; /* the set's region list */
-  uint64_t free_mask[MTP_PAGES_PER_REGION / 64];  /* 1: page free */
-  uint64_t dirty_mask[MTP_PAGES_PER_REGION / 64]; /* 1: free page that may be resident */
+  uint64_t free_mask[MTP_PAGES_PER_REGION / 64];  /* 1: page free, to be taken */
+  /* 1: page free but out for a purge (region/purge.c): in no run and in no search until the purge
+   * that took it gives it back. free_mask and busy_mask never share a bit. */
+  uint64_t busy_mask[MTP_PAGES_PER_REGION / 64];
+  uint64_t dirty_mask[MTP_PAGES_PER_REGION / 64]; /* 1: free or busy page that may be resident */
   /* The heap (its member's region_hint slot) that takes never-touched pages from this region, or
    * NULL. Others take only resident pages here: page faults of two threads in one 2 MiB range
    * queue on the kernel's lock of that range's page table (bench/results/notes.md: region.c).
    * A claimed region is not unmapped (the hint points to it). */
   void *claim;
-  uint32_t free_pages;
+  uint32_t free_pages; /* pages in no run: free or busy */
   /* Huge-page advice (MTPOOL_HUGEPAGES): 0, or the mtpool pages per huge page when the region
    * was advised MADV_HUGEPAGE. Its huge ranges (aligned) are purged in one step
    * each (see region.c); huge_split marks the pages of ranges advised MADV_NOHUGEPAGE since, by
@@ -546,7 +552,9 @@ struct mtp_pool {
   uint32_t q_scan; /* the next quarantined block a checked allocation verifies */
   size_t q_bytes;
   bool purge_due;                    /* a release left pages to purge: wake the purger on unlock */
-  mtpi_atomic_u64 bytes_returned;    /* relaxed: a statistic, added to under different locks */
+  /* relaxed: a statistic, added to under different locks; with rs.returned, the bytes the pool
+   * gave back */
+  mtpi_atomic_u64 bytes_returned;
   /* The shared heaps (heap/shared.c): the first blocks of a class a thread allocates come
    * from one of these, chosen by the CPU the thread runs on, so that a thread that allocates a
    * little does not hold a slab per class. Each one's owner fields (lists, counters, thread: NULL

@@ -82,7 +82,7 @@ void *mtp__medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   uint64_t dirty = 0;
   mtp__pool_lock(pool);
   MTP_VALIDATE(mtp__region_validate(&pool->rs));
-  mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, pages, &dirty);
+  mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, pages, &dirty, &pool->lock);
   bool verify = false;
   if (s != NULL) {
     verify = s->block_size == FREED_MARK && (dirty & 1);
@@ -173,7 +173,7 @@ bool mtp__medium_resize(void *p, size_t size, bool *due) {
     mtp__region_shrink_run(&pool->rs, s, want, freed_at);
     /* the freed tail as mtp__pool_release_locked treats freed pages */
     if (pool->purge_delay_ms == 0)
-      mtp__u64_add_relaxed(&pool->bytes_returned, mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
+      (void)mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false, NULL);
     else
       mtp__pool_note_free_pages(pool);
   } else if (want > old) {

@@ -36,10 +36,8 @@
 #include "base/fill.h"
 #include "base/os.h"
 #include "base/track.h"
-#include "pool.h"
+#include "span.h"
 
-#define UNITS_PER_PAGE (MTP_PAGE_SIZE >> MTP_UNIT_SHIFT)
-#define FIRST MTP_SPAN_META_UNITS /* a span's first unit that blocks use */
 
 _Static_assert(MTP_SPAN_META_UNITS * 8 <= MTP_SPAN_UNITS, "the map takes at most an eighth");
 _Static_assert((MTP_MEDIUM_MAX >> MTP_UNIT_SHIFT) < MTP_SPAN_FREED &&
@@ -50,121 +48,19 @@ _Static_assert(MTP_FREED_BYTES <= MTP_UNIT_SIZE, "the freed pattern lies in a bl
 #define MTP_UNITS_MIN ((MTP_MAX_SMALL >> MTP_UNIT_SHIFT) + 1)
 _Static_assert(MTP_UNITS_MIN >= 64, "a packed block's run fills a word or crosses a word's end");
 
-static mtpi_span_t *span_map(const mtpi_desc_t *s) { return (mtpi_span_t *)mtp__page_start(s); }
 static unsigned units_for(size_t size) {
   return (unsigned)((size + MTP_UNIT_SIZE - 1) >> MTP_UNIT_SHIFT);
 }
 
-/* ---- bitmaps of MTP_SPAN_UNITS bits ---- */
-
-static bool bit_get(const uint64_t *w, unsigned i) { return (w[i >> 6] >> (i & 63)) & 1; }
-
-/* The first unit from i on, before end, whose bit is `one`, or end (end <= MTP_SPAN_UNITS): the
- * words past end are not read. */
-static unsigned bit_next_before(const uint64_t *w, unsigned i, unsigned end, bool one) {
-  while (i < end) {
-    uint64_t x = (one ? w[i >> 6] : ~w[i >> 6]) & (~0ull << (i & 63));
-    if (x) {
-      unsigned at = (i & ~63u) + (unsigned)__builtin_ctzll(x);
-      return at < end ? at : end;
-    }
-    i = (i & ~63u) + 64;
-  }
-  return end;
-}
-
-/* The first unit from i on whose bit is `one`, or MTP_SPAN_UNITS. */
-static unsigned bit_next(const uint64_t *w, unsigned i, bool one) {
-  return bit_next_before(w, i, MTP_SPAN_UNITS, one);
-}
-
-/* The first bit of the run of ones that ends at bit i - 1 (i if bit i - 1 is 0). */
-static unsigned run_start(const uint64_t *w, unsigned i) {
-  while (i > 0) {
-    unsigned k = (i - 1) >> 6, sh = (i - 1) & 63;
-    uint64_t zeros = ~w[k] & (sh == 63 ? ~0ull : (2ull << sh) - 1); /* at or below bit i - 1 */
-    if (zeros) return k * 64 + 64 - (unsigned)__builtin_clzll(zeros);
-    i = k * 64;
-  }
-  return 0;
-}
-
-/* Bits [i, i + n) set to one. */
-static void bit_fill(uint64_t *w, unsigned i, unsigned n, bool one) {
-  for (unsigned end = i + n; i < end;) {
-    unsigned k = end - i < 64 - (i & 63) ? end - i : 64 - (i & 63);
-    uint64_t mask = (k == 64 ? ~0ull : ((1ull << k) - 1)) << (i & 63);
-    w[i >> 6] = one ? w[i >> 6] | mask : w[i >> 6] & ~mask;
-    i += k;
-  }
-}
-
-/* Every bit of [i, i + n) set? */
-static bool bit_all(const uint64_t *w, unsigned i, unsigned n) {
-  return bit_next_before(w, i, i + n, false) == i + n;
-}
-
-/* Any bit set in [i, i + n)? */
-static bool bit_any(const uint64_t *w, unsigned i, unsigned n) {
-  return n != 0 && bit_next_before(w, i, i + n, true) < i + n;
-}
-
-/* A free run of at least n units (n >= 64: MTP_UNITS_MIN) to cut a block from, or MTP_SPAN_UNITS:
- * the first whose first unit may be resident (dirty: it held a block, so no page faults; the scan
- * stops there), else the first. *longest (if not NULL), when none is found: the longest run of
- * 64 units or more (or less). A run of 64 units or more fills a word or crosses a word's end, so
- * only the ones at each word's ends are followed: a word a step, however many short runs lie
- * inside words. */
-static unsigned run_find(const mtpi_span_t *m, unsigned n, unsigned *longest) {
-  unsigned cur = 0, most = 0, found = MTP_SPAN_UNITS;
-  for (unsigned k = 0; k <= MTP_SPAN_WORDS; k++) { /* cur: the run that reaches word k */
-    uint64_t w = k < MTP_SPAN_WORDS ? m->free[k] : 0;
-    unsigned t = w == ~0ull ? 64 : (unsigned)__builtin_ctzll(~w); /* its ones at the bottom */
-    cur += t;
-    if (cur > most) most = cur;
-    if (cur >= n) {
-      unsigned at = k * 64 + t - cur;
-      if (bit_get(m->dirty, at)) return at;
-      if (found == MTP_SPAN_UNITS) found = at;
-    }
-    if (w != ~0ull) cur = (unsigned)__builtin_clzll(~w); /* its ones at the top */
-  }
-  if (longest) *longest = most;
-  return found;
-}
-
 /* ---- bins ---- */
-
-static unsigned bin_of(unsigned longest) {
-  unsigned b = longest >> MTP_SPAN_BIN_SHIFT;
-  return b < MTP_SPAN_BINS ? b : MTP_SPAN_BINS - 1;
-}
-
-static void bin_remove(mtpi_pool_t *pool, mtpi_desc_t *s) {
-  unsigned b = s->list - 1u;
-  mtp__list_remove(&pool->span_bins[b], &s->link);
-  if (pool->span_bins[b] == NULL) pool->span_binned &= ~(1ull << b);
-  s->list = MTP_LIST_NONE;
-}
-
-/* Pool lock held: s's bound on its longest free run set to longest, and s moved to its bin. */
-static void rebin(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned longest) {
-  s->capacity = longest;
-  unsigned b = bin_of(longest);
-  if (s->list == b + 1) return;
-  if (s->list != 0) bin_remove(pool, s);
-  mtp__list_push(&pool->span_bins[b], &s->link);
-  pool->span_binned |= 1ull << b;
-  s->list = (uint8_t)(b + 1);
-}
 
 /* Pool lock held: s has a free run of n units (its first unit in *at)? If not, its bound
  * becomes its longest run, and its bin that one's. */
 static bool span_holds(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned n, unsigned *at) {
   unsigned longest = 0;
-  *at = run_find(span_map(s), n, &longest);
+  *at = mtp__span_run_find(mtp__span_map(s), n, &longest);
   if (*at != MTP_SPAN_UNITS) return true;
-  rebin(pool, s, longest);
+  mtp__span_rebin(pool, s, longest);
   return false;
 }
 
@@ -173,7 +69,7 @@ static bool span_holds(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned n, unsigned *
  * empty (every bound there holds n), so no list is walked; a span whose bound promised more than
  * it has gets its exact longest run (and bin) on the way. */
 static mtpi_desc_t *span_find(mtpi_pool_t *pool, unsigned n, unsigned *at) {
-  unsigned b = bin_of(n);
+  unsigned b = mtp__span_bin_of(n);
   mtpi_desc_t *s = mtp__desc_of_node(pool->span_bins[b]);
   if (s != NULL && s->capacity >= n && span_holds(pool, s, n, at)) return s;
   for (;;) {
@@ -187,81 +83,27 @@ static mtpi_desc_t *span_find(mtpi_pool_t *pool, unsigned n, unsigned *at) {
 /* Pool lock held: a new span from the pool's regions, in its bin, or NULL. */
 static mtpi_desc_t *span_new(mtpi_pool_t *pool) {
   uint64_t dirty = 0;
-  mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, MTP_SPAN_PAGES, &dirty);
+  mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, MTP_SPAN_PAGES, &dirty, &pool->lock);
   if (s == NULL) return NULL;
   mtp__pool_format_run(s, MTP_PAGE_PACKED);
-  mtpi_span_t *m = span_map(s);
+  mtpi_span_t *m = mtp__span_map(s);
   mtp__track_handout(m, FIRST << MTP_UNIT_SHIFT);
   memset(m, 0, sizeof *m);
-  bit_fill(m->free, FIRST, MTP_SPAN_UNITS - FIRST, true);
+  mtp__bit_fill(m->free, FIRST, MTP_SPAN_UNITS - FIRST, true);
   for (; dirty != 0; dirty &= dirty - 1) {
     unsigned page = (unsigned)__builtin_ctzll(dirty);
     unsigned from = page * UNITS_PER_PAGE < FIRST ? FIRST : page * UNITS_PER_PAGE;
-    bit_fill(m->dirty, from, (page + 1) * UNITS_PER_PAGE - from, true);
+    mtp__bit_fill(m->dirty, from, (page + 1) * UNITS_PER_PAGE - from, true);
   }
-  rebin(pool, s, MTP_SPAN_UNITS - FIRST);
+  mtp__span_rebin(pool, s, MTP_SPAN_UNITS - FIRST);
   return s;
-}
-
-/* Pool lock held: the empty span s goes back to its region. */
-static void span_release(mtpi_pool_t *pool, mtpi_desc_t *s) {
-  MTP_ASSERT(s->used == 0 && s->list != 0);
-  bin_remove(pool, s);
-  mtp__region_free_run(&pool->rs, s, s->free_time_ms);
-  if (pool->purge_delay_ms == 0) /* as mtp__pool_release_locked treats freed pages */
-    mtp__u64_add_relaxed(&pool->bytes_returned,
-                         mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false));
-  else
-    mtp__pool_note_free_pages(pool);
-}
-
-/* Pool lock held: give back the OS pages of s that lie wholly in free units and may be resident:
- * those whose dirty units were all free at the span's last pass (aged: free since then, so the
- * freshly freed units a busy span reuses stay), or every free one if all (no release since the
- * cutoff, or a trim). The free units still dirty are the next pass's; *rest: some OS page among
- * them. Not in a region advised for huge pages: one huge page backs the span's pages in use too,
- * and the region purges a huge range only once all of it is free (region.h). Returns the bytes. */
-static size_t span_purge(mtpi_desc_t *s, bool all, bool *rest) {
-  mtpi_span_t *m = span_map(s);
-  char *base = (char *)m;
-  size_t os = mtp__os_page_size(), n = 0;
-  *rest = false;
-  if (os < MTP_UNIT_SIZE || os > MTP_PAGE_SIZE || mtp__region_of_desc(s)->h.huge_pages != 0) return 0;
-  unsigned per = (unsigned)(os >> MTP_UNIT_SHIFT); /* units an OS page */
-  uint64_t ok[MTP_SPAN_WORDS];                     /* 1: a unit that may go (clean ones may) */
-  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++)
-    ok[w] = all ? m->free[w] : m->free[w] & (m->aged[w] | ~m->dirty[w]);
-  unsigned from = 0;
-  bool open = false, dirty = false; /* pages [from, u) wholly ok, dirty: some unit of them */
-  for (unsigned u = (FIRST + per - 1) / per * per; u <= MTP_SPAN_UNITS; u += per) {
-    bool whole = u < MTP_SPAN_UNITS && bit_all(ok, u, per);
-    if (whole) {
-      if (!open) from = u, open = true, dirty = false;
-      dirty = dirty || bit_any(m->dirty, u, per);
-      continue;
-    }
-    if (u < MTP_SPAN_UNITS && bit_all(m->free, u, per))
-      *rest = true; /* wholly free, and dirty units not aged: the next pass's */
-    if (open && dirty) {
-      size_t len = (size_t)(u - from) << MTP_UNIT_SHIFT;
-      if (mtp__os_purge(base + ((size_t)from << MTP_UNIT_SHIFT), len) == 0) {
-        bit_fill(m->dirty, from, u - from, false);
-        n += len;
-      } else {
-        *rest = true;
-      }
-    }
-    open = false;
-  }
-  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++) m->aged[w] = m->free[w] & m->dirty[w];
-  return n;
 }
 
 /* ---- blocks ---- */
 
 /* p's unit in the span s, or MTP_SPAN_UNITS when p is no unit's start past the map. */
 static unsigned unit_of(const mtpi_desc_t *s, const void *p) {
-  size_t off = (size_t)((const char *)p - (const char *)span_map(s));
+  size_t off = (size_t)((const char *)p - (const char *)mtp__span_map(s));
   if ((off & (MTP_UNIT_SIZE - 1)) != 0 || off < (FIRST << MTP_UNIT_SHIFT) ||
       off >= ((size_t)MTP_SPAN_UNITS << MTP_UNIT_SHIFT))
     return MTP_SPAN_UNITS;
@@ -279,10 +121,10 @@ static uint64_t bit_word(const uint64_t *w, unsigned i) {
  * units that may hold old bytes (bit k: its unit k, k < n <= 512), *verify whether its first unit holds a
  * freed block's pattern to check. The bound on s's longest run stays (it is an upper bound). */
 static void cut(mtpi_desc_t *s, unsigned f, unsigned n, uint64_t *dirty_out, bool *verify) {
-  mtpi_span_t *m = span_map(s);
+  mtpi_span_t *m = mtp__span_map(s);
   MTP_ASSERT(f + n <= MTP_SPAN_UNITS && n >= MTP_UNITS_MIN && n <= 512 &&
-             bit_next(m->free, f, false) >= f + n);
-  *verify = bit_get(m->dirty, f) && (atomic_load_explicit(&m->ent[f], memory_order_relaxed) &
+             mtp__bit_next(m->free, f, false) >= f + n);
+  *verify = mtp__bit_get(m->dirty, f) && (atomic_load_explicit(&m->ent[f], memory_order_relaxed) &
                                      MTP_SPAN_FREED) != 0;
   for (unsigned k = 0; dirty_out != NULL && k < n; k += 64) {
     uint64_t w = bit_word(m->dirty, f + k);
@@ -290,13 +132,13 @@ static void cut(mtpi_desc_t *s, unsigned f, unsigned n, uint64_t *dirty_out, boo
   }
   /* the block's entry, and none inside it: older blocks' kept FREED entries cleared */
   atomic_store_explicit(&m->ent[f], (uint16_t)n, memory_order_relaxed);
-  for (unsigned k = bit_next_before(m->kept, f + 1, f + n, true); k < f + n;
-       k = bit_next_before(m->kept, k + 1, f + n, true))
+  for (unsigned k = mtp__bit_next_before(m->kept, f + 1, f + n, true); k < f + n;
+       k = mtp__bit_next_before(m->kept, k + 1, f + n, true))
     atomic_store_explicit(&m->ent[k], 0, memory_order_relaxed);
-  bit_fill(m->free, f, n, false);
-  bit_fill(m->dirty, f, n, false);
-  bit_fill(m->kept, f, n, false);
-  bit_fill(m->aged, f, n, false);
+  mtp__bit_fill(m->free, f, n, false);
+  mtp__bit_fill(m->dirty, f, n, false);
+  mtp__bit_fill(m->kept, f, n, false);
+  mtp__bit_fill(m->aged, f, n, false);
   s->used += n;
 }
 
@@ -331,7 +173,7 @@ void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk
     errno = ENOMEM;
     return NULL;
   }
-  char *b = (char *)span_map(s) + ((size_t)f << MTP_UNIT_SHIFT);
+  char *b = (char *)mtp__span_map(s) + ((size_t)f << MTP_UNIT_SHIFT);
   mtp__track_handout(b, (size_t)n << MTP_UNIT_SHIFT);
   if (verify && !mtp__fill_intact(b)) /* the caller gets the block all the same */
     mtp__error(MTP_ERR_USE_AFTER_FREE, "use after free (a freed medium block was written to)", b);
@@ -347,7 +189,7 @@ void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk
 bool mtp__packed_lookup(const mtpi_desc_t *s, const void *p, size_t *usable) {
   unsigned f = unit_of(s, p);
   if (f == MTP_SPAN_UNITS) return false;
-  uint16_t v = atomic_load_explicit(&span_map(s)->ent[f], memory_order_relaxed);
+  uint16_t v = atomic_load_explicit(&mtp__span_map(s)->ent[f], memory_order_relaxed);
   if (v == 0 || (v & MTP_SPAN_FREED)) return false;
   *usable = (size_t)v << MTP_UNIT_SHIFT;
   return true;
@@ -360,7 +202,7 @@ int mtp__packed_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, size_t *
     *what = "invalid pointer (not the start of a medium block)";
     return MTP_ERR_INVALID_POINTER;
   }
-  _Atomic(uint16_t) *e = &span_map(s)->ent[f];
+  _Atomic(uint16_t) *e = &mtp__span_map(s)->ent[f];
   uint16_t v = atomic_load_explicit(e, memory_order_relaxed);
   for (;;) {
     if (v == 0) {
@@ -391,7 +233,7 @@ void mtp__packed_mark_freed(void *p, size_t usable) {
 
 void *mtp__packed_reuse(void *p, size_t size, bool zero) {
   mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
-  _Atomic(uint16_t) *e = &span_map(s)->ent[unit_of(s, p)];
+  _Atomic(uint16_t) *e = &mtp__span_map(s)->ent[unit_of(s, p)];
   uint16_t v = atomic_load_explicit(e, memory_order_relaxed);
   mtp__track_handout(p, (size_t)(v & ~MTP_SPAN_FREED) << MTP_UNIT_SHIFT);
   if (!mtp__fill_intact(p))
@@ -404,7 +246,7 @@ void *mtp__packed_reuse(void *p, size_t size, bool zero) {
 
 void *mtp__packed_split(void *p, unsigned n) {
   mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
-  mtpi_span_t *m = span_map(s);
+  mtpi_span_t *m = mtp__span_map(s);
   unsigned f = unit_of(s, p);
   uint16_t v = atomic_load_explicit(&m->ent[f], memory_order_relaxed);
   unsigned units = v & ~MTP_SPAN_FREED;
@@ -423,14 +265,14 @@ void *mtp__packed_split(void *p, unsigned n) {
 
 void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
   mtpi_desc_t *s = mtp__run_of((uintptr_t)p);
-  mtpi_span_t *m = span_map(s);
+  mtpi_span_t *m = mtp__span_map(s);
   unsigned f = unit_of(s, p);
   uint16_t v = atomic_load_explicit(&m->ent[f], memory_order_relaxed);
   MTP_ASSERT(s->kind == MTP_PAGE_PACKED && (v & MTP_SPAN_FREED));
   unsigned n = v & ~MTP_SPAN_FREED;
-  MTP_ASSERT(n != 0 && f + n <= MTP_SPAN_UNITS && !bit_any(m->free, f, n) && s->used >= n);
-  bit_fill(m->free, f, n, true);
-  bit_fill(m->dirty, f, n, true);
+  MTP_ASSERT(n != 0 && f + n <= MTP_SPAN_UNITS && !mtp__bit_any(m->free, f, n) && s->used >= n);
+  mtp__bit_fill(m->free, f, n, true);
+  mtp__bit_fill(m->dirty, f, n, true);
   m->kept[f >> 6] |= 1ull << (f & 63);
   s->used -= n;
   if (now_ms > m->last_release_ms) m->last_release_ms = now_ms;
@@ -439,18 +281,17 @@ void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
   if (!s->detached_used || now_ms < s->free_time_ms) s->free_time_ms = now_ms;
   s->detached_used = 1;
   /* the free run the block joined: the bound grows to it if it is longer */
-  unsigned run = bit_next(m->free, f + n, false) - run_start(m->free, f);
-  if (run > s->capacity) rebin(pool, s, run);
+  unsigned run = mtp__bit_next(m->free, f + n, false) - mtp__run_start(m->free, f);
+  if (run > s->capacity) mtp__span_rebin(pool, s, run);
   MTP_VALIDATE(mtp__packed_validate(s));
   if (pool->purge_delay_ms != 0) {
     mtp__pool_note_free_pages(pool);
     return;
   }
-  /* no delay: purge at once, and an empty span goes */
-  bool rest;
-  mtp__u64_add_relaxed(&pool->bytes_returned, span_purge(s, true, &rest));
-  s->detached_used = 0;
-  if (s->used == 0) span_release(pool, s);
+  /* no delay: purge at once, and an empty span goes (unless a purge pass has it: then its next) */
+  if (s->list == MTP_SPAN_PURGING) return;
+  (void)mtp__span_purge_now(pool, s);
+  if (s->used == 0) mtp__span_release(pool, s);
 }
 
 bool mtp__packed_free(void *p, size_t size, bool sized) {
@@ -473,42 +314,13 @@ bool mtp__packed_release(mtpi_pool_t *pool, void *p) {
   return mtp__pool_unlock(pool);
 }
 
-size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t now, uint64_t cutoff, bool force, bool *left) {
-  size_t n = 0;
-  for (unsigned b = 0; b < MTP_SPAN_BINS; b++) {
-    mtpi_node_t *next;
-    for (mtpi_node_t *it = pool->span_bins[b]; it != NULL; it = next) {
-      next = it->next;
-      mtpi_desc_t *s = mtp__desc_of_node(it);
-      if (s->free_time_ms > cutoff) {
-        if (s->used == 0 || s->detached_used) *left = true;
-        continue;
-      }
-      if (s->used == 0) {
-        span_release(pool, s); /* its pages are the region layer's to purge */
-        continue;
-      }
-      /* every free unit when none was freed within the delay (an idle span), else the aged */
-      bool rest = false;
-      bool all = force || span_map(s)->last_release_ms <= cutoff;
-      if (s->detached_used) n += span_purge(s, all, &rest);
-      s->detached_used = rest; /* the units freed since the last pass: due a delay from now */
-      if (rest) {
-        s->free_time_ms = now;
-        *left = true;
-      }
-    }
-  }
-  return n;
-}
-
 int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable), void *arg) {
-  mtpi_span_t *m = span_map(s);
+  mtpi_span_t *m = mtp__span_map(s);
   for (unsigned i = FIRST; i < MTP_SPAN_UNITS;) {
     /* acquire: pairs with a split's release (mtp__packed_split) */
     uint16_t v = atomic_load_explicit(&m->ent[i], memory_order_acquire);
     unsigned n = v & ~MTP_SPAN_FREED;
-    if (v == 0 || bit_get(m->free, i) || n == 0 || i + n > MTP_SPAN_UNITS) {
+    if (v == 0 || mtp__bit_get(m->free, i) || n == 0 || i + n > MTP_SPAN_UNITS) {
       i++;
       continue;
     }
@@ -519,31 +331,4 @@ int mtp__packed_each(mtpi_desc_t *s, int (*fn)(void *arg, void *p, size_t usable
     i += n;
   }
   return 0;
-}
-
-void mtp__packed_validate(const mtpi_desc_t *s) {
-  const mtpi_span_t *m = span_map(s);
-  unsigned used = 0, longest = 0; /* run_find sets it: no run holds a whole span */
-  MTP_ASSERT(s->kind == MTP_PAGE_PACKED && s->pages == MTP_SPAN_PAGES);
-  MTP_ASSERT(!bit_any(m->free, 0, FIRST) && !bit_any(m->dirty, 0, FIRST) && !bit_any(m->kept, 0, FIRST));
-  for (unsigned w = 0; w < MTP_SPAN_WORDS; w++)
-    MTP_ASSERT((m->kept[w] & ~m->free[w]) == 0 && (m->aged[w] & ~m->free[w]) == 0);
-  for (unsigned i = FIRST; i < MTP_SPAN_UNITS;) {
-    if (bit_get(m->free, i)) {
-      i++;
-      continue;
-    }
-    /* a unit in use: the first of a block, whose units are all in use */
-    /* acquire: as in mtp__packed_each */
-    uint16_t v = atomic_load_explicit(&((mtpi_span_t *)m)->ent[i], memory_order_acquire);
-    unsigned n = v & ~MTP_SPAN_FREED;
-    MTP_ASSERT(n != 0 && i + n <= MTP_SPAN_UNITS && !bit_any(m->free, i, n) &&
-               !bit_any(m->dirty, i, n));
-    used += n;
-    i += n;
-  }
-  run_find(m, MTP_SPAN_UNITS, &longest);
-  MTP_ASSERT(used == s->used && longest <= s->capacity && s->list == bin_of(s->capacity) + 1);
-  (void)used;
-  (void)longest;
 }

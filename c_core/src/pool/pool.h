@@ -14,7 +14,10 @@
  * Locks, in order: registry, a pool's shared heaps (heap layer), pool (in registry order), a
  * member's cache lock, large, meta, purger. No function here calls anything that may call malloc
  * (pthread_create, pthread_atfork, stdio) with one of them held, nor inside the default pool's
- * pthread_once. Layer: pool (above slab). */
+ * pthread_once. No OS call that can wait for other threads' page faults and mappings (mmap,
+ * munmap, madvise) is made with a pool lock held: the region and span purges and the mapping of
+ * a region drop it across theirs (region.h, span.c); left under it are checked pools' guard pages
+ * and the auto huge-page verdict's mincore. Layer: pool (above slab). */
 #ifndef MTP_POOL_H
 #define MTP_POOL_H
 

@@ -56,7 +56,8 @@ static size_t cache_bytes(mtpi_member_t *m) {
   return n;
 }
 
-/* Pool lock held (and the registry lock, by every caller): purge what is due at now (all if
+/* Pool lock held, dropped across the OS calls of the packed and region purges (the registry
+ * lock, which every caller holds, keeps the pool alive meanwhile): purge what is due at now (all if
  * force). *pending (if not NULL): set if something is left that a later pass will find due. */
 static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending) {
   size_t n = 0;
@@ -70,10 +71,13 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
   mtp__pool_release_empty_locked(p, cutoff);
   bool packed_left = false; /* before the regions: an empty span goes back to its region */
   n += mtp__packed_purge(p, now, cutoff, force, &packed_left);
-  n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force);
-  mtp__u64_add_relaxed(&p->bytes_returned, n);
-  bool large_left = false; /* cached large ranges: counted in bytes_returned by large_ranges.c */
-  n += mtp__large_purge(p, cutoff, &large_left); /* cached ranges stamped early: large_ranges.c */
+  n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force, &p->lock);
+  /* cached large ranges, under the large lock alone: counted in bytes_returned, and stamped
+   * early, by large_ranges.c */
+  bool large_left = false;
+  pthread_mutex_unlock(&p->lock);
+  n += mtp__large_purge(p, cutoff, &large_left);
+  pthread_mutex_lock(&p->lock);
   if (pending) {
     bool left = large_left || packed_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_bytes(member_of(it)) != 0;

@@ -99,7 +99,7 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_desc_t *s, uint64_t now_ms) {
   }
   mtp__region_free_run(&p->rs, s, now_ms);
   if (p->purge_delay_ms == 0)
-    mtp__u64_add_relaxed(&p->bytes_returned, mtp__region_purge(&p->rs, now_ms, 0, false));
+    (void)mtp__region_purge(&p->rs, now_ms, 0, false, NULL);
   else
     mtp__pool_note_free_pages(p);
 }
@@ -111,7 +111,7 @@ static void take_populate_locked(mtpi_pool_t *p, void **at, size_t *len) {
 }
 
 mtpi_desc_t *mtp__pool_run_locked(mtpi_pool_t *p, unsigned pages) {
-  mtpi_desc_t *s = mtp__region_alloc_slab(&p->rs, pages, NULL, false, false);
+  mtpi_desc_t *s = mtp__region_alloc_slab(&p->rs, pages, NULL, false, false, NULL);
   void *fault_at;
   size_t fault_len;
   take_populate_locked(p, &fault_at, &fault_len); /* not faulted in: checked mode */
@@ -167,7 +167,7 @@ mtpi_desc_t *mtp__pool_slab_get(mtpi_pool_t *p, unsigned cls, void *heap, mtpi_m
    * bigger block may never be touched (bench/results/notes.md: "Design: Faulting in ahead"). */
   bool populate = mtp__class_size[cls] <= mtp__os_page_size();
   s = mtp__region_alloc_slab(&p->rs, mtp__class_pages[cls], m->shared ? NULL : &m->region_hint,
-                             grow, populate);
+                             grow, populate, &p->lock);
   if (s != NULL) {
     mtp__slab_format(s, cls, false);
     slab_give(s, heap, owner_token);

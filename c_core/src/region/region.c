@@ -6,7 +6,7 @@
  * mapped as two region sizes: the lower one PROT_NONE but for its top page, the header (so that
  * no mapping just below, a large block, can overflow into it), the upper one the pages. Everything
  * here runs under the owning pool's lock. Layer: region. */
-#include "region.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <string.h>
@@ -16,18 +16,12 @@
 
 mtpi_atomic_u8 mtp__chunkmap[MTP_CHUNKMAP_SIZE];
 
-#define WORDS (MTP_PAGES_PER_REGION / 64)
 #define FIRST_PAGE MTP_REGION_FIRST_PAGE
 #define USABLE_PAGES MTP_REGION_USABLE_PAGES
 /* The inaccessible part of a region's mapping: all of the region size below its header. */
 #define REGION_GUARD (MTP_REGION_SIZE - MTP_REGION_META_BYTES)
 
-/* A run lies in one bitmap word: a region's 64 pages are one word. */
-_Static_assert(WORDS == 1, "runs are searched within one bitmap word");
 
-/* Regions with free pages stay in front, so a search can stop at the first full one. */
-static mtpi_region_t *first(mtpi_rset_t *rs) { return mtp__region_from_node(rs->regions); }
-static mtpi_region_t *next_of(mtpi_region_t *r) { return mtp__region_from_node(r->h.link.next); }
 
 /* The region list with its tail kept, so that a region that fills up goes to the back in one
  * step, not a walk past thousands of threads' regions (bench/results/notes.md: region.c). */
@@ -74,107 +68,34 @@ static bool in_use_dense(const mtpi_rset_t *rs) {
 }
 
 /* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
- * so each of its aligned huge ranges can be one huge page. */
-static void huge_advise(mtpi_rset_t *rs, mtpi_region_t *r) {
-  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM || rs->guard_free) return;
+ * so each of its aligned huge ranges can be one huge page. Under the lock: the mtpool pages per
+ * huge page if rs's next region is to be advised for huge pages, 0 if against them, -1 if it gets
+ * no advice. */
+static int huge_wanted(mtpi_rset_t *rs) {
+  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM || rs->guard_free) return -1;
   size_t hsize = mtp__os_huge_page_size();
   /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
    * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
-  if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return;
+  if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return -1;
   /* auto counts the pages in use or dirty, not the regions mapped: threads that each claim a
    * region for their fresh pages map many while using a little of each; and it wants the pages
    * in use resident whole (in_use_dense) */
   bool huge = mtp__hugepages_due(rs->mapped_bytes - rs->clean_bytes, MTP_HUGE_AUTO_BYTES);
   if (huge && mtp__hugepages_mode() == MTP_HUGE_AUTO && !rs->huge_dense)
     huge = rs->huge_dense = in_use_dense(rs);
-  /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
-  if (mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge) == 0 && huge)
-    r->h.huge_pages = (uint32_t)(hsize / MTP_PAGE_SIZE);
+  return huge ? (int)(hsize / MTP_PAGE_SIZE) : 0;
 }
 
-/* Bits lo .. lo + n - 1 of a bitmap word (n >= 1, lo + n <= 64): a run of n pages. */
-static uint64_t run_mask(unsigned lo, unsigned n) {
-  return (n == 64 ? ~0ull : ((uint64_t)1 << n) - 1) << lo;
-}
-
-/* A free dirty page is due for the purge: freed at least delay ms ago (never if delay < 0), or
- * any with force. */
-static bool page_due(const mtpi_desc_t *d, uint64_t now_ms, long delay, bool force) {
-  return force || (delay >= 0 && d->free_time_ms + (uint64_t)delay <= now_ms);
-}
-
-/* Purge the pages of word wi of r that `which` names, one madvise per run of consecutive pages;
- * count the dirty ones as returned and clean. A refused run stays dirty, to be tried again later. */
-static void purge_runs(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t which,
-                       size_t *returned) {
-  while (which) {
-    unsigned lo = (unsigned)__builtin_ctzll(which), hi = lo;
-    while (hi < 64 && (which >> hi & 1)) hi++;
-    uint64_t bits = run_mask(lo, hi - lo);
-    which &= ~bits;
-    char *at = mtp__region_base(r) + ((size_t)(wi * 64 + lo) << MTP_PAGE_SHIFT);
-    if (mtp__os_purge(at, (size_t)(hi - lo) << MTP_PAGE_SHIFT) != 0) continue;
-    size_t len = (size_t)__builtin_popcountll(r->h.dirty_mask[wi] & bits) << MTP_PAGE_SHIFT;
-    r->h.dirty_mask[wi] &= ~bits;
-    rs->clean_bytes += len; /* the pages that were dirty: clean ones were counted already */
-    *returned += len;
-  }
-}
-
-/* The huge ranges of word wi. A range is purged in one step once every dirty page in it is due,
- * so that a huge page is split once at most, not page by page:
- *  - all its pages free: one madvise of the whole range (its never-touched pages may be resident
- *    too, faulted in with the huge page), and a range split earlier is advised huge again;
- *  - some in use: advised MADV_NOHUGEPAGE (split for good, so that khugepaged, which here fills
- *    a range with as few as one page present, does not make it resident again), then its free
- *    pages, clean ones included, purged; from then on it is purged page by page, as a region
- *    without huge pages, until it is all free again.
- * Returns the mask of huge ranges dealt with here (done, or waiting): the page-by-page pass
- * skips them. */
-static uint64_t huge_purge(mtpi_rset_t *rs, mtpi_region_t *r, unsigned wi, uint64_t now_ms,
-                           long delay, bool force, size_t *returned) {
-  unsigned hp = r->h.huge_pages;
-  if (hp == 0) return 0;
-  uint64_t handled = 0;
-  for (unsigned i = 0; i + hp <= MTP_PAGES_PER_REGION; i += hp) {
-    if (i / 64 != wi) continue;
-    uint64_t bits = run_mask(i % 64, hp);
-    bool all_free = (r->h.free_mask[wi] & bits) == bits, split = (r->h.huge_split[wi] & bits) != 0;
-    if (split && !all_free) continue; /* small pages now: the page-by-page pass */
-    handled |= bits;
-    uint64_t dirty = r->h.dirty_mask[wi] & bits;
-    if (dirty == 0) continue;
-    bool due = true;
-    for (unsigned j = i; j < i + hp && due; j++)
-      if (dirty >> (j % 64) & 1) due = page_due(&r->pages[j], now_ms, delay, force);
-    if (!due) continue;
-    char *at = mtp__region_base(r) + ((size_t)i << MTP_PAGE_SHIFT);
-    size_t len = (size_t)hp << MTP_PAGE_SHIFT;
-    if (all_free) {
-      purge_runs(rs, r, wi, bits, returned);
-      if (split && (r->h.dirty_mask[wi] & bits) == 0 && mtp__os_huge_advise(at, len, true) == 0)
-        r->h.huge_split[wi] &= ~bits;
-    } else {
-      /* Refused (a kernel out of memory for the split): held, tried again at the next purge. */
-      if (mtp__os_huge_advise(at, len, false) != 0) continue;
-      r->h.huge_split[wi] |= bits;
-      purge_runs(rs, r, wi, r->h.free_mask[wi] & bits, returned);
-    }
-  }
-  return handled;
-}
-
-static mtpi_region_t *region_new(mtpi_rset_t *rs) {
+/* No lock: a new region for set rs, mapped, advised (huge_pages: huge_wanted's answer) and its
+ * header made, not yet in the set (region_add); NULL + ENOMEM. The OS calls, which may wait on
+ * other threads' page faults and mappings, are made here, outside the pool lock. */
+static mtpi_region_t *region_map(mtpi_rset_t *rs, bool guard_free, int huge_pages) {
   char *map = mtp__os_map_guarded(2 * MTP_REGION_SIZE, MTP_REGION_SIZE, REGION_GUARD);
   if (map == NULL) return NULL;
   mtpi_region_t *r = (mtpi_region_t *)(map + REGION_GUARD);
   uintptr_t idx = (uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT;
-  if (idx >= MTP_CHUNKMAP_SIZE) { /* beyond the address bits the chunk map covers */
-    mtp__os_unmap_guarded(map, 2 * MTP_REGION_SIZE, REGION_GUARD);
-    errno = ENOMEM;
-    return NULL;
-  }
-  if (rs->guard_free && mtp__os_guard(mtp__region_base(r), USABLE_PAGES * MTP_PAGE_SIZE) != 0) {
+  if (idx >= MTP_CHUNKMAP_SIZE || /* beyond the address bits the chunk map covers */
+      (guard_free && mtp__os_guard(mtp__region_base(r), USABLE_PAGES * MTP_PAGE_SIZE) != 0)) {
     mtp__os_unmap_guarded(map, 2 * MTP_REGION_SIZE, REGION_GUARD);
     errno = ENOMEM;
     return NULL;
@@ -185,16 +106,31 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs) {
     r->h.free_mask[i / 64] |= (uint64_t)1 << (i % 64);
   }
   r->h.free_pages = USABLE_PAGES;
-  huge_advise(rs, r);
+  /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
+  if (huge_pages >= 0 &&
+      mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge_pages != 0) == 0)
+    r->h.huge_pages = (uint32_t)huge_pages;
   mtp__track_poison(mtp__region_base(r), USABLE_PAGES * MTP_PAGE_SIZE);
-  mtp__u8_store_relaxed(&mtp__chunkmap[idx], 1); /* relaxed: see region.h */
+  return r;
+}
+
+/* Under the lock: a new region in rs, mapped with the lock dropped (drop, if not NULL: the lock
+ * held, released and taken again). NULL + ENOMEM. */
+static mtpi_region_t *region_new(mtpi_rset_t *rs, pthread_mutex_t *drop) {
+  int huge_pages = huge_wanted(rs);
+  bool guard_free = rs->guard_free;
+  if (drop) pthread_mutex_unlock(drop);
+  mtpi_region_t *r = region_map(rs, guard_free, huge_pages);
+  if (drop) pthread_mutex_lock(drop);
+  if (r == NULL) return NULL;
+  mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT], 1);
   rs->mapped_bytes += MTP_REGION_SIZE; /* its pages (the header is metadata) */
   rs->clean_bytes += USABLE_PAGES * MTP_PAGE_SIZE;
   rlist_push_front(rs, r);
   return r;
 }
 
-static void region_unmap(mtpi_rset_t *rs, mtpi_region_t *r) {
+void mtp__region_detach(mtpi_rset_t *rs, mtpi_region_t *r) {
   if (mtp__region_of((uintptr_t)rs->populate_at) == r) { /* a fault-in request into it */
     rs->populate_at = NULL;
     rs->populate_len = 0;
@@ -203,6 +139,9 @@ static void region_unmap(mtpi_rset_t *rs, mtpi_region_t *r) {
   mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT], 0);
   rs->mapped_bytes -= MTP_REGION_SIZE;
   mtp__u64_add_relaxed(&rs->unmaps, 1); /* relaxed: see types.h */
+}
+
+void mtp__region_unmap(mtpi_region_t *r) {
   /* leaves no poison behind: anyone may map there next */
   mtp__os_unmap_guarded(mtp__region_base(r) - MTP_REGION_SIZE, 2 * MTP_REGION_SIZE, REGION_GUARD);
 }
@@ -238,7 +177,7 @@ static uint64_t resident(const mtpi_region_t *r) {
   uint64_t w = r->h.dirty_mask[0];
   unsigned hp = r->h.huge_pages;
   for (unsigned i = 0; hp != 0 && i + hp <= 64; i += hp) {
-    uint64_t bits = run_mask(i, hp);
+    uint64_t bits = mtp__run_mask(i, hp);
     if ((r->h.huge_split[0] & bits) == 0 && ((~r->h.free_mask[0] | w) & bits) != 0) w |= bits;
   }
   return w;
@@ -263,7 +202,7 @@ static mtpi_region_t *region_search(mtpi_rset_t *rs, unsigned pages, bool aligne
                                     const mtpi_region_t *skip, bool unclaimed, uint64_t *starts,
                                     uint64_t *within) {
   for (int pass = 0; pass < 2; pass++)
-    for (mtpi_region_t *r = first(rs); r && r->h.free_pages > 0; r = next_of(r)) {
+    for (mtpi_region_t *r = mtp__region_first(rs); r && r->h.free_pages > 0; r = mtp__region_next(r)) {
       if (r->h.free_pages < pages || r == skip) continue;
       if (pass == 1 && unclaimed && r->h.claim != NULL) continue;
       *starts = run_starts(r, pages, aligned, pass == 0, within);
@@ -368,7 +307,7 @@ void mtp__region_unclaim(mtpi_region_t **hint) {
 }
 
 mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
-                                    bool grow, bool populate) {
+                                    bool grow, bool populate, pthread_mutex_t *drop) {
   MTP_ASSERT(pages >= 1 && pages <= 16 && (pages & (pages - 1)) == 0);
   mtpi_region_t *found = NULL, *mine = hint ? *hint : NULL;
   uint64_t starts = 0;
@@ -383,7 +322,7 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
    * heap faults pages in, then a new region. */
   if (found == NULL) found = region_search(rs, pages, true, mine, hint != NULL, &starts, NULL);
   if (found == NULL) {
-    found = region_new(rs);
+    found = region_new(rs, drop);
     if (found == NULL) return NULL;
     starts = run_starts(found, pages, true, false, NULL);
   }
@@ -455,12 +394,13 @@ void mtp__region_free_run(mtpi_rset_t *rs, mtpi_desc_t *s, uint64_t now_ms) {
 _Static_assert(MTP_MEDIUM_MAX <= (size_t)MTP_REGION_USABLE_PAGES << MTP_PAGE_SHIFT,
                "a medium block fits in a region");
 
-mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty) {
+mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty,
+                                   pthread_mutex_t *drop) {
   MTP_ASSERT(pages >= 1 && pages <= USABLE_PAGES);
   uint64_t runs = 0, mask = 0;
   mtpi_region_t *found = region_search(rs, pages, false, NULL, false, &runs, &mask);
   if (found == NULL) {
-    found = region_new(rs);
+    found = region_new(rs, drop);
     if (found == NULL) return NULL;
     runs = run_starts(found, pages, false, false, &mask);
   }
@@ -501,71 +441,33 @@ void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages, uin
   s->pages = (uint8_t)pages;
 }
 
-size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force) {
-  size_t returned = 0;
-  mtpi_region_t *next;
-  for (mtpi_region_t *r = first(rs); r; r = next) {
-    next = next_of(r);
-    if (r->h.free_pages == 0) break; /* the rest are full */
-    for (unsigned wi = 0; wi < WORDS; wi++) {
-      uint64_t w = r->h.dirty_mask[wi] & ~huge_purge(rs, r, wi, now_ms, delay, force, &returned);
-      uint64_t due = 0; /* the dirty pages that are due: purged a run of consecutive ones at once */
-      for (; w != 0; w &= w - 1) {
-        unsigned b = (unsigned)__builtin_ctzll(w);
-        if (page_due(&r->pages[wi * 64 + b], now_ms, delay, force)) due |= (uint64_t)1 << b;
-      }
-      purge_runs(rs, r, wi, due, &returned);
-    }
-    if (r->h.free_pages == USABLE_PAGES && r->h.claim == NULL) {
-      bool clean = true;
-      for (unsigned wi = 0; wi < WORDS; wi++) clean = clean && r->h.dirty_mask[wi] == 0;
-      if (clean) {
-        rs->clean_bytes -= USABLE_PAGES * MTP_PAGE_SIZE;
-        returned += MTP_REGION_META_BYTES; /* the header goes too */
-        region_unmap(rs, r);
-      }
-    }
-  }
-  return returned;
-}
-
-size_t mtp__region_dirty_bytes(mtpi_rset_t *rs) {
-  size_t pages = 0;
-  for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
-    for (unsigned i = 0; i < WORDS; i++) pages += (size_t)__builtin_popcountll(r->h.dirty_mask[i]);
-  return pages << MTP_PAGE_SHIFT;
-}
-
-bool mtp__region_dirty_left(mtpi_rset_t *rs) {
-  for (mtpi_region_t *r = first(rs); r && r->h.free_pages; r = next_of(r))
-    for (unsigned i = 0; i < WORDS; i++)
-      if (r->h.dirty_mask[i]) return true;
-  return false;
-}
-
 bool mtp__region_listed(mtpi_rset_t *rs, const mtpi_region_t *r) {
-  for (mtpi_region_t *it = first(rs); it; it = next_of(it))
+  for (mtpi_region_t *it = mtp__region_first(rs); it; it = mtp__region_next(it))
     if (it == r) return true;
   return false;
 }
 
 void mtp__region_unmap_all(mtpi_rset_t *rs) {
-  while (rs->regions) region_unmap(rs, first(rs));
+  mtpi_region_t *r;
+  while ((r = mtp__region_first(rs)) != NULL) {
+    mtp__region_detach(rs, r);
+    mtp__region_unmap(r);
+  }
   rs->clean_bytes = 0;
 }
 
 void mtp__region_validate(mtpi_rset_t *rs) {
   bool seen_full = false;
   MTP_ASSERT(rs->regions_tail == mtp__list_last(rs->regions));
-  for (mtpi_region_t *r = first(rs); r; r = next_of(r)) {
+  for (mtpi_region_t *r = mtp__region_first(rs); r; r = mtp__region_next(r)) {
     MTP_ASSERT(r->h.set == rs);
     MTP_ASSERT(mtp__is_region_ptr((uintptr_t)mtp__region_base(r)));
     unsigned free_pages = 0;
     for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++) {
       mtpi_desc_t *d = &r->pages[i];
-      bool is_free = r->h.free_mask[i / 64] >> (i % 64) & 1;
-      bool dirty = r->h.dirty_mask[i / 64] >> (i % 64) & 1;
-      MTP_ASSERT(is_free == (d->kind == MTP_PAGE_FREE));
+      bool open = r->h.free_mask[i / 64] >> (i % 64) & 1, busy = r->h.busy_mask[i / 64] >> (i % 64) & 1;
+      bool is_free = open || busy, dirty = r->h.dirty_mask[i / 64] >> (i % 64) & 1;
+      MTP_ASSERT(!(open && busy) && is_free == (d->kind == MTP_PAGE_FREE));
       MTP_ASSERT(!dirty || is_free);
       MTP_ASSERT((d->kind == MTP_PAGE_TAIL) == (d->head != d)); /* the free fast path's head */
       free_pages += is_free;

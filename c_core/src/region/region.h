@@ -61,7 +61,10 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
 #define MTP_REGION_FIRST_PAGE 0u
 #define MTP_REGION_USABLE_PAGES MTP_PAGES_PER_REGION
 
-/* All under the owning pool's lock. */
+/* All under the owning pool's lock. A function that takes `drop` maps a new region, when it needs
+ * one, with that lock (the one held; NULL: keep it) released across the OS calls, so that other
+ * threads' use of the pool does not wait for them: the caller must find its own state as it left
+ * it, and nothing else, after the call. */
 /* A run of `pages` pages (1, 2, 4, 8 or 16), aligned to its length: its first descriptor, kind still
  * FREE for the caller to format; TAIL descriptors set. NULL + ENOMEM. hint (NULL: none) is the
  * caller's slot for the region it claimed: pages come from there first, then resident pages
@@ -75,7 +78,7 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * than an OS page, whose middle pages a program may never touch). */
 #define MTP_REGION_FREE_CLAIMS 16
 mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region_t **hint,
-                                    bool grow, bool populate);
+                                    bool grow, bool populate, pthread_mutex_t *drop);
 /* Give up the claim in *hint (a heap leaves its pool); *hint becomes NULL. */
 void mtp__region_unclaim(mtpi_region_t **hint);
 /* Take the range to fault in that the last alloc_slab left (NULL, 0 if none); fault it in with
@@ -92,7 +95,8 @@ void mtp__region_free_run(mtpi_rset_t *rs, mtpi_desc_t *s, uint64_t now_ms);
  * pages stay free after it for realloc to grow into.
  * *dirty: bit i set if page i of the run may be resident (a clear bit: never touched or purged,
  * so it reads as zero). NULL + ENOMEM. */
-mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty);
+mtpi_desc_t *mtp__region_alloc_run(mtpi_rset_t *rs, unsigned pages, uint64_t *dirty,
+                                   pthread_mutex_t *drop);
 /* Grow the run s (a run's first descriptor) to `pages` pages in place, if the pages after it
  * are free; false leaves it unchanged. The new pages are poisoned for tools (the caller
  * unpoisons what it hands out). */
@@ -102,9 +106,11 @@ void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages, uin
 /* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
  * not force); unmap regions left entirely free and clean. In a region advised for huge pages
  * (MTPOOL_HUGEPAGES) a huge range is purged in one step once all its free pages are due: whole
- * when all its pages are free, else split for good (MADV_NOHUGEPAGE) until it is all free again. Returns the bytes given back (a purge
- * the OS refused is not counted). */
-size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force);
+ * when all its pages are free, else split for good (MADV_NOHUGEPAGE) until it is all free again.
+ * drop (not NULL): the lock held, released across the OS calls (region/purge.c) and taken again.
+ * Returns the bytes given back (a purge the OS refused is not counted), counted in rs->returned. */
+size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force,
+                         pthread_mutex_t *drop);
 /* Bytes of free pages that may be resident (what purging everything now would return). */
 size_t mtp__region_dirty_bytes(mtpi_rset_t *rs);
 /* Are free pages left resident (a later purge has work)? */
