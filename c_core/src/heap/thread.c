@@ -169,8 +169,9 @@ void mtp__heap_unlist(mtpi_pool_t *pool) {
     if (h->reuse_n[c] != 0) mtp__reuse_return(h, mtp__reuse_take(h, c), true);
 }
 
-/* Registry lock held: give every slab of h back to its pool, and leave it. Returns whether a
- * purge became due (the caller wakes the purger once it holds no lock). */
+/* Registry lock held, or h's pool the default one: give every slab of h back to its pool, and
+ * leave it. Returns whether a purge became due (the caller wakes the purger once it holds no
+ * lock). */
 static bool heap_abandon(mtpi_heap_t *h) {
   mtpi_pool_t *pool = mtp__member_pool(&h->m);
   if (pool == NULL) return false; /* destroyed: its memory is gone already */
@@ -180,19 +181,30 @@ static bool heap_abandon(mtpi_heap_t *h) {
   return mtp__pool_unlock(pool);
 }
 
+/* heap_abandon, then the record is freed and its slot emptied. */
+static bool heap_drop(mtpi_heap_t **slot) {
+  bool due = heap_abandon(*slot);
+  mtp__meta_free(*slot, sizeof(**slot));
+  *slot = NULL;
+  return due;
+}
+
 /* Give every heap of t (this thread's record) back. Returns whether the purger is due a wake,
  * which the caller makes last (see the top). */
 static bool thread_abandon(mtpi_thread_t *t) {
   if (MTP_UNLIKELY(mtp__prof_on)) mtp__prof_thread_done(); /* its blocks back to the heaps first */
   mtp__tl_default_heap = &mtp__heap_empty;
-  bool due = false;
+  /* The default pool (id 0) is never destroyed: its heap goes back without the registry lock,
+   * which a purge pass holds across its system calls. Other pools' heaps take it, so that their
+   * pool is not destroyed meanwhile. */
+  bool due = false, others = t->more != NULL;
+  if (t->heaps[0] != NULL) due = heap_drop(&t->heaps[0]);
+  for (uint32_t i = 1; i < MTP_THREAD_HEAPS && !others; i++) others = t->heaps[i] != NULL;
+  if (!others) return due;
   pthread_mutex_lock(&mtp__registry_lock);
-  for (uint32_t i = 0; i < (t->more ? MTP_MAX_POOLS : MTP_THREAD_HEAPS); i++) {
+  for (uint32_t i = 1; i < (t->more ? MTP_MAX_POOLS : MTP_THREAD_HEAPS); i++) {
     mtpi_heap_t **slot = i < MTP_THREAD_HEAPS ? &t->heaps[i] : &t->more[i];
-    if (*slot == NULL) continue;
-    due |= heap_abandon(*slot);
-    mtp__meta_free(*slot, sizeof(**slot));
-    *slot = NULL;
+    if (*slot != NULL) due |= heap_drop(slot);
   }
   pthread_mutex_unlock(&mtp__registry_lock);
   return due;
