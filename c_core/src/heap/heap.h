@@ -135,7 +135,8 @@ static inline bool mtp__shared_cold(const mtpi_heap_t *h, unsigned cls) {
   return h->cold_total < MTP_COLD_TOTAL && h->cold[cls] < limit &&
          h->current[cls] == &mtp__slab_empty && h->partial[cls] == NULL && h->full[cls] == NULL;
 }
-/* A block of cls from the shared heap of the CPU the thread runs on, counted against h. */
+/* A block of cls from the shared heap of the CPU the thread runs on (another if that one is held),
+ * counted against h; from h's own slabs if every shared heap is held. */
 mtpi_block_t *mtp__shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *due);
 /* Trim: the pool's shared heaps give their slabs back to the pool; the second, every pool's. Then
  * mtp__pool_trim and mtp__pool_trim_all purge them. */

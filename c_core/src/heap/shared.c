@@ -8,8 +8,10 @@
  * does. The pool's first heap (a single-threaded program's) never shares: its own slabs would hold
  * its first blocks as well. A pool has MTP_SHARED_HEAPS of them and a thread takes its CPU's, so
  * that threads starting at once take their first blocks under different locks
- * (bench/results/notes.md: "Design: Cold classes"). Lock order: a shared heap's lock, then the pool
- * lock. Layer: heap. */
+ * (bench/results/notes.md: "Design: Cold classes"). A thread never waits for one: if its CPU's is
+ * held (its holder may have been preempted, and threads that start in a stream would queue behind
+ * it, each one lock hold per block), it tries the others, and if all are held it takes the block
+ * from its own slabs. Lock order: a shared heap's lock, then the pool lock. Layer: heap. */
 #include "lists.h"
 
 #include "base/os.h"
@@ -21,9 +23,12 @@ static mtpi_thread_t shared_thread; /* only its address is used: the shared heap
 static unsigned shared_index(void) { return mtp__os_cpu() % MTP_SHARED_HEAPS; }
 
 mtpi_block_t *mtp__shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *due) {
-  unsigned i = shared_index();
+  unsigned i = shared_index(), tries = 0;
+  while (pthread_mutex_trylock(&pool->shared[i].lock) != 0) {
+    if (++tries == MTP_SHARED_HEAPS) return mtp__heap_take(pool, h, cls, due); /* all held */
+    i = (i + 1) % MTP_SHARED_HEAPS;
+  }
   mtpi_heap_t *sh = &pool->shared[i].heap;
-  pthread_mutex_lock(&pool->shared[i].lock);
   if (sh->thread == NULL) { /* first use (the pool lock, taken by the join, nests inside) */
     for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) sh->current[c] = &mtp__slab_empty;
     sh->thread = &shared_thread;
