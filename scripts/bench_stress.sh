@@ -112,6 +112,14 @@ n_tests=$(echo "$tests" | wc -w)
 # A hog ends by itself after every process of its round could have run to its timeout.
 hog_s=$(( (timeout + 5) * n_allocs * n_tests + 60 ))
 
+# The bounds are argued for a machine that runs nothing else (docs/reliability.md, "The stress
+# stage"): other jobs' load, bursty and far above one busy loop per CPU, can tip the thread-per-task
+# race into a runaway on any allocator. Say so when that is the case.
+load1=$(cut -d' ' -f1 /proc/loadavg)
+if awk -v l="$load1" -v c="$cpus" 'BEGIN { exit !(l > 2 * c) }'; then
+  note "NOTICE: load average $load1 on $cpus CPUs before the runs: other jobs are running, and the thread_task runs of every allocator may run away (see the threads-alive and live columns)"
+fi
+
 mkdir -p "$out"
 raw=$out/stress.jsonl
 rm -f "$raw"

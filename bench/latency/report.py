@@ -87,6 +87,11 @@ def ns(v):
     return f"{v / 1e6:.3g} ms" if v < 1e9 else f"{v / 1e9:.3g} s"
 
 
+def ratio(r):
+    """A ratio for the tables: 2 decimals below 10, 1 below 100, none above."""
+    return f"{r:.2f}" if r < 10 else f"{r:.1f}" if r < 100 else f"{r:.0f}"
+
+
 def check_rows(rows, errors, extra_key=()):
     """The checks both reports make: failures, timeouts, the malloc found, checksums. Returns the
     rows measured (neither failed nor timed out)."""
@@ -223,7 +228,7 @@ def latency(a):
                         cells.append("–")
                         continue
                     bv, bp = min(pv)
-                    cells.append(f"{m[c] / bv:.2f} ({bp})" if bv else "–")
+                    cells.append(f"{ratio(m[c] / bv)} ({bp})" if bv else "–")
                 out.append(f"| {t} | {k} | " + " | ".join(cells) + " |")
         out.append("")
 
@@ -244,7 +249,7 @@ def latency(a):
                 for col in cols:
                     v = ns(c[col])
                     if col in ratio_cols and best[col]:
-                        v += f" ({c[col] / best[col]:.2f}x)"
+                        v += f" ({ratio(c[col] / best[col])}x)"
                     cells.append(v)
                 out.append(f"| {label(al)} | " + " | ".join(cells) + " |")
             out.append("")
@@ -266,6 +271,12 @@ def latency(a):
     return finish(a, out, errors, "latency.md",
                   f"Checks: all {len(good)} processes ran on the malloc they were given, and every "
                   "checksum equals glibc's for its workload.")
+
+
+def loads_range(rs):
+    """The 1-minute load averages the runs started with, "lo-hi" ("–" when not recorded)."""
+    v = [d["loadavg_start"] for d in rs if d.get("loadavg_start", -1) >= 0]
+    return f"{min(v):.1f}-{max(v):.1f}" if v else "–"
 
 
 # ---- stress -------------------------------------------------------------------------------------
@@ -332,14 +343,14 @@ def stress(a):
             "by its schedule alone on an allocator that keeps up (what a bound must leave room "
             "for).", "",
             "| shape, load | runs | peak RSS median | worst / median | best / median | live worst "
-            "/ median |", "|---|---|---|---|---|---|"]
+            "/ median | load average at the runs' start |", "|---|---|---|---|---|---|---|"]
     for t, ld in cases:
         rs = runs[(t, ld, "glibc")]
         g, gl = g_med(t, ld, "vmhwm_kb"), g_med(t, ld, "live_max_bytes")
         out.append(f"| {t}, {ld} | {len(rs)} | {g / 1024:.0f} MiB | "
                    f"{max(d['vmhwm_kb'] for d in rs) / g:.2f} | "
                    f"{min(d['vmhwm_kb'] for d in rs) / g:.2f} | "
-                   f"{max(d['live_max_bytes'] for d in rs) / gl:.2f} |")
+                   f"{max(d['live_max_bytes'] for d in rs) / gl:.2f} | {loads_range(rs)} |")
     out.append("")
 
     out += ["## Per shape and load", ""]
@@ -375,7 +386,10 @@ def stress(a):
                                       f"{d['vmhwm_kb'] / 1024:.0f} MiB, {d['vmhwm_kb'] / g:.2f}x "
                                       f"glibc's median ({g / 1024:.0f} MiB), above the bound "
                                       f"{bound:g}x (live at most "
-                                      f"{d['live_max_bytes'] / 2**20:.0f} MiB)")
+                                      f"{d['live_max_bytes'] / 2**20:.0f} MiB, "
+                                      f"{d['threads_alive_max']} threads alive at once, load "
+                                      f"average {d.get('loadavg_start', '?')} at its start; glibc's "
+                                      f"worst run here: {max(x['vmhwm_kb'] for x in runs[(t, ld, 'glibc')]) / g:.2f}x)")
         for al in bounded:
             if al not in allocs:
                 errors.append(f"{al} is bounded but has no run measured")
