@@ -641,8 +641,8 @@ static long status_kb(const char *field) {
   return -1;
 }
 
-/* The 1-minute load average (what else the machine was running), read without malloc; -1 if
- * unreadable. */
+/* The 1-minute load average when the run starts, read without malloc (-1 if unreadable): for
+ * the raw lines; it counts the threads of the runs just before this one too. */
 static double loadavg1(void) {
   char buf[128];
   int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);

@@ -273,12 +273,6 @@ def latency(a):
                   "checksum equals glibc's for its workload.")
 
 
-def loads_range(rs):
-    """The 1-minute load averages the runs started with, "lo-hi" ("–" when not recorded)."""
-    v = [d["loadavg_start"] for d in rs if d.get("loadavg_start", -1) >= 0]
-    return f"{min(v):.1f}-{max(v):.1f}" if v else "–"
-
-
 # ---- stress -------------------------------------------------------------------------------------
 def stress(a):
     rows = common.read_jsonl(a.inp)
@@ -343,14 +337,14 @@ def stress(a):
             "by its schedule alone on an allocator that keeps up (what a bound must leave room "
             "for).", "",
             "| shape, load | runs | peak RSS median | worst / median | best / median | live worst "
-            "/ median | load average at the runs' start |", "|---|---|---|---|---|---|---|"]
+            "/ median |", "|---|---|---|---|---|---|"]
     for t, ld in cases:
         rs = runs[(t, ld, "glibc")]
         g, gl = g_med(t, ld, "vmhwm_kb"), g_med(t, ld, "live_max_bytes")
         out.append(f"| {t}, {ld} | {len(rs)} | {g / 1024:.0f} MiB | "
                    f"{max(d['vmhwm_kb'] for d in rs) / g:.2f} | "
                    f"{min(d['vmhwm_kb'] for d in rs) / g:.2f} | "
-                   f"{max(d['live_max_bytes'] for d in rs) / gl:.2f} | {loads_range(rs)} |")
+                   f"{max(d['live_max_bytes'] for d in rs) / gl:.2f} |")
     out.append("")
 
     out += ["## Per shape and load", ""]
@@ -387,8 +381,7 @@ def stress(a):
                                       f"glibc's median ({g / 1024:.0f} MiB), above the bound "
                                       f"{bound:g}x (live at most "
                                       f"{d['live_max_bytes'] / 2**20:.0f} MiB, "
-                                      f"{d['threads_alive_max']} threads alive at once, load "
-                                      f"average {d.get('loadavg_start', '?')} at its start; glibc's "
+                                      f"{d['threads_alive_max']} threads alive at once; glibc's "
                                       f"worst run here: {max(x['vmhwm_kb'] for x in runs[(t, ld, 'glibc')]) / g:.2f}x)")
         for al in bounded:
             if al not in allocs:
