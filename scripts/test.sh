@@ -40,6 +40,10 @@
 #             every figure measured, the allocator mapped in each server, every server stopped
 #   gp        scripts/bench_gp.sh --quick (every general-purpose workload, small scale, glibc and
 #             mtpool): every process ran on the malloc it was given, every checksum equals glibc's
+#   stress    scripts/bench_stress.sh --quick (three hand-off shapes, 10 runs each, idle and beside
+#             a CPU hog, glibc and mtpool): fails when any mtpool run's peak RSS is above 5x glibc's
+#             median for its shape and load (docs/reliability.md says why 5x), or a checksum or a
+#             process fails
 #   programs  scripts/bench_programs.sh --quick (ten Debian programs and two start-ups, small inputs,
 #             glibc and mtpool): every process ran on the malloc it was given, every output equals
 #             glibc's
@@ -48,7 +52,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${MTPOOL_TEST_BUILD:-$here/build-ci}
 quick_stages="docs release malloc asan"
-full_stages="docs release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 musl libcxx package abi servers gp programs"
+full_stages="docs release bench malloc shared asan tsan fuzz valgrind consumer clang buildtypes aarch64 musl libcxx package abi servers gp stress programs"
 tier=quick
 for arg in "$@"; do
   case $arg in
@@ -400,6 +404,17 @@ for stage in $stages; do
         passed=$((passed + 1)); summary+=("gp: quick run passed ($out/gp/quick/gp.md)")
       else
         failed=$((failed + 1)); summary+=("gp: quick run FAILED")
+      fi
+      ;;
+    stress)
+      # fails when any mtpool run's peak RSS is above 5x glibc's median for its shape and load, a
+      # process fails, or a checksum differs from glibc's (bench/latency/report.py stress). Built
+      # in the gp stage's directory: the same Release drop-in, not built again after that stage.
+      if MTPOOL_LATENCY_BUILD="$out/gp" bash "$here/scripts/bench_stress.sh" --quick \
+           --out "$out/stress/quick"; then
+        passed=$((passed + 1)); summary+=("stress: quick run passed ($out/stress/quick/stress.md)")
+      else
+        failed=$((failed + 1)); summary+=("stress: quick run FAILED ($out/stress/quick/stress.md)")
       fi
       ;;
     programs)

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "../tools/malloc_name.h"
+#include "../tools/rng.h"
 #include "../tools/smaps.h"
 
 static double g_scale = 1.0;
@@ -54,34 +55,6 @@ static void *xmalloc(size_t n) {
 static long scaled(double base) {
   double v = base * g_scale;
   return v < 1 ? 1 : (long)v;
-}
-
-/* xorshift64*: one generator per thread, seeded from the test and thread index. */
-typedef struct { uint64_t s; } rng_t;
-static void rng_seed(rng_t *r, uint64_t test, uint64_t idx) {
-  r->s = 0x9E3779B97F4A7C15ull * (test * 1000003u + idx + 1) ^ 0xD1B54A32D192ED03ull;
-  if (!r->s) r->s = 1;
-}
-static uint64_t rng_next(rng_t *r) {
-  r->s ^= r->s >> 12;
-  r->s ^= r->s << 25;
-  r->s ^= r->s >> 27;
-  return r->s * 0x2545F4914F6CDD1Dull;
-}
-/* Uniform in [lo, hi]. */
-static size_t rng_range(rng_t *r, size_t lo, size_t hi) { return lo + rng_next(r) % (hi - lo + 1); }
-/* Skewed towards lo: the smaller of two uniform draws (small sizes are the common case). */
-static size_t rng_small(rng_t *r, size_t lo, size_t hi) {
-  size_t a = rng_range(r, lo, hi), b = rng_range(r, lo, hi);
-  return a < b ? a : b;
-}
-/* Log-uniform in [lo, hi]: as many 64-128 KiB blocks as 2-4 MiB ones. */
-static size_t rng_log(rng_t *r, size_t lo, size_t hi) {
-  int span = 0;
-  while ((lo << (span + 1)) <= hi) span++;
-  size_t base = lo << (rng_next(r) % (uint64_t)(span + 1));
-  size_t top = base * 2 > hi ? hi : base * 2;
-  return rng_range(r, base, top);
 }
 
 /* A block stamped with a value at both ends (its first 8 bytes, or all of a shorter block);

@@ -43,32 +43,18 @@ ROOTPW="bench-secret"
 JSONL=$SRV_OUT/servers.jsonl
 CLK_TCK=$(getconf CLK_TCK)
 
+# stop_pid (stopping a process by its PID) is bench/tools/common.sh's, shared with the other
+# benchmarks; this script's own note() below replaces common.sh's.
+ROOT=${ROOT:-$(cd "$here/../.." && pwd)}
+# shellcheck source=../tools/common.sh
+. "$ROOT/bench/tools/common.sh"
+
 note() { printf '\033[1m[servers]\033[0m %s\n' "$*" >&2; }
 
 mkdir -p "$SRV_OUT"
 WORK=$(mktemp -d /tmp/mtpool-servers.XXXXXX)
 chmod 755 "$WORK"
 PIDS=()
-
-# stop_pid PID: SIGTERM, up to 20 s for it to exit, then SIGKILL; reaps it. 0 when it is gone.
-stop_pid() {
-  local pid=$1 i state
-  [ -n "$pid" ] || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for i in $(seq 1 200); do
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
-    [ -z "$state" ] || [ "$state" = Z ] && break
-    sleep 0.1
-  done
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
-  if [ -n "$state" ] && [ "$state" != Z ]; then
-    note "NOTICE: PID $pid did not exit on SIGTERM within 20 s; SIGKILL"
-    kill -KILL "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
-  [ -z "$state" ]
-}
 
 cleanup() {
   local p

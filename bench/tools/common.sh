@@ -1,5 +1,6 @@
-# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh, bench_gp.sh, bench_programs.sh,
-# bench_mibench.sh, bench_musl.sh, test_suites.sh, build_peers.sh and bench/gp/*.sh (sourced, not run).
+# Shared by scripts/bench.sh, bench_full.sh, bench_servers.sh (and bench/servers/run.sh),
+# bench_gp.sh, bench_programs.sh, bench_mibench.sh, bench_musl.sh, bench_latency.sh,
+# bench_stress.sh, test_suites.sh, build_peers.sh and bench/gp/*.sh (sourced, not run).
 # Expects ROOT (the repository) and BUILD (the build directory) to be set.
 
 note() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
@@ -263,6 +264,41 @@ resolve_allocs() {
   [ -n "$run_allocs" ] || { note "no allocator to run"; exit 1; }
 }
 
+# build_latency_driver DIR: bench/latency/latency.c compiled into DIR/latency (plain C, warnings
+# as errors, no allocator linked in): the driver of scripts/bench_latency.sh and bench_stress.sh.
+build_latency_driver() {
+  mkdir -p "$1"
+  gcc -O2 -std=c11 -Wall -Wextra -Wshadow -Wconversion -Werror -pthread \
+    -o "$1/latency" "$ROOT/bench/latency/latency.c" -ldl
+}
+
+# run_preloaded RAW TIMEOUT ALLOC CASE DRIVER ARG...: one process of DRIVER on the malloc ALLOC
+# (LD_PRELOAD of LIB_<alloc>, set by resolve_allocs), under `timeout TIMEOUT`; its JSON line is
+# appended to RAW. A process that times out or fails appends instead a line of CASE (the JSON
+# fields naming the run, e.g. '"test": "server", "load": "idle"') with "alloc" and "timeout_s"
+# or "failed" (its exit status). Returns 0, 3 on a timeout, 1 on a failure (noted with the head
+# of its standard error).
+run_preloaded() {
+  local raw=$1 timeout=$2 a=$3 case=$4 lib_var line rc=0 err
+  shift 4
+  lib_var="LIB_$(lib_var_name "$a")"
+  err=$(mktemp)
+  line=$(LD_PRELOAD=${!lib_var:-} timeout "$timeout" "$@" 2>"$err") || rc=$?
+  if [ $rc = 0 ] && [ -n "$line" ]; then
+    echo "$line" >>"$raw"
+  elif [ $rc = 124 ]; then
+    note "NOTICE: $a timed out after $timeout s ($*)"
+    echo "{$case, \"alloc\": \"$a\", \"timeout_s\": $timeout}" >>"$raw"
+    rc=3
+  else
+    note "FAILED: $a (exit $rc; $*): $(head -c 300 "$err")"
+    echo "{$case, \"alloc\": \"$a\", \"failed\": $rc}" >>"$raw"
+    rc=1
+  fi
+  rm -f "$err"
+  return $rc
+}
+
 # which_glibc_obj WHICH: sets glibc_obj, the object bench/programs/which_malloc.so (at WHICH) logs
 # as defining malloc in a process on glibc's, which check_log wants of the glibc runs; exits if none.
 which_glibc_obj() {
@@ -281,6 +317,45 @@ check_log() {
   [ "$n" -gt 0 ] || { note "FAILED: no process logged by which_malloc.so ($a)"; return 1; }
   bad=$(awk -v w="$want" -v a="$(malloc_family "$a")" '$2 != w || $3 != a' "$log" | head -3)
   [ -z "$bad" ] || { note "FAILED: not on $a ($want): $bad"; return 1; }
+}
+
+# stop_pid PID: SIGTERM, up to 20 s for it to exit, then SIGKILL; reaps it. 0 when it is gone.
+# Every process a benchmark starts in the background is stopped this way, by its own PID.
+stop_pid() {
+  local pid=$1 i state
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for i in $(seq 1 200); do
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+    [ -z "$state" ] || [ "$state" = Z ] && break
+    sleep 0.1
+  done
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+  if [ -n "$state" ] && [ "$state" != Z ]; then
+    note "NOTICE: PID $pid did not exit on SIGTERM within 20 s; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+  [ -z "$state" ]
+}
+
+# start_hogs N CMD [ARG...]: N copies of CMD in the background, a CPU hog each (a busy loop that
+# ends by itself: bench/latency/latency --spin SECONDS); their PIDs go to HOG_PIDS. stop_hogs
+# stops each by its PID (stop_pid). The caller traps EXIT to stop_hogs, so that none outlives it.
+HOG_PIDS=()
+start_hogs() {
+  local n=$1 i
+  shift
+  for i in $(seq 1 "$n"); do
+    "$@" >/dev/null 2>&1 &
+    HOG_PIDS+=("$!")
+  done
+}
+stop_hogs() {
+  local p
+  for p in "${HOG_PIDS[@]}"; do stop_pid "$p" || true; done
+  HOG_PIDS=()
 }
 
 machine_line() {
