@@ -10,7 +10,7 @@
 #                                           every allocator; build-latency/results/latency.{md,jsonl}
 #   bash scripts/bench_latency.sh --quick   a check that it works: scale 0.2, glibc and mtpool,
 #                                           1 run (build-latency/quick)
-#   bash scripts/bench_latency.sh --publishthe same, into bench/results/ (committed)
+#   bash scripts/bench_latency.sh --publish the same, published: bench/results/latency.{md,jsonl}
 # Options:
 #   --reps N               runs per workload and allocator (the outermost loop; allocators
 #                          interleaved inside); 5

@@ -22,7 +22,7 @@
 #                                          glibc and mtpool only, and fails when any mtpool run's
 #                                          peak RSS is above 5x glibc's median for its shape and
 #                                          load (build-latency/stress-quick)
-#   bash scripts/bench_stress.sh --publishthe same, into bench/results/ (committed)
+#   bash scripts/bench_stress.sh --publish the same, published: bench/results/stress.{md,jsonl}
 # Options:
 #   --runs N               runs per shape, load and allocator (rounds, the outermost loop;
 #                          allocators interleaved inside); 10
