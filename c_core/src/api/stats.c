@@ -20,11 +20,23 @@ MTP_NO_TSAN static size_t slab_in_use(mtpi_desc_t *s) {
   return base > pending ? base - pending : 0;
 }
 
+/* One pool's figures in one snapshot. t is what mtp_pool_stats hands out (its classes[] the first
+ * MTP_STATS_MAX_CLASSES of `classes`); the rest is for the class query and the reports. */
+typedef struct pool_stats {
+  mtp_stats_t t;
+  mtp_class_stats_t classes[MTP_NUM_CLASSES]; /* every class */
+  size_t small_blocks, small_bytes;   /* blocks of the size classes in use, and their bytes */
+  size_t medium_blocks, medium_bytes; /* the medium blocks among t.large_blocks and t.large_bytes */
+  size_t zero_blocks;                 /* checked mode's zero-size blocks (0 bytes each) */
+  size_t regions, regions_huge;       /* the pool's regions, and those advised huge */
+  uint32_t id;
+} pool_stats_t;
+
 /* The cache path re-formats a slab, and caches and hands out runs, without the pool lock: read
  * descriptors as a racy snapshot. Returns the bytes of s if it is a medium block in use (0
  * otherwise; a run in a thread's cache is free bytes). A MEDIUM's kind and pages are written only
  * under the pool lock, which the caller holds (the cache path writes SLAB over SLAB, never MEDIUM). */
-MTP_NO_TSAN static size_t slab_account(mtpi_desc_t *s, mtp_stats_t *out) {
+MTP_NO_TSAN static size_t slab_account(mtpi_desc_t *s, pool_stats_t *out) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
   if (kind == MTP_PAGE_MEDIUM)
     return mtp__load_relaxed(&s->thread_free) == MTP_MEDIUM_FREED ? 0 : mtp__medium_usable(s);
@@ -34,12 +46,12 @@ MTP_NO_TSAN static size_t slab_account(mtpi_desc_t *s, mtp_stats_t *out) {
   mtp_class_stats_t *cs = &out->classes[cls];
   size_t n = slab_in_use(s);
   /* frees waiting on the remote list are remote frees already */
-  out->remote_frees += MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free));
+  out->t.remote_frees += MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free));
   cs->blocks_in_use += n;
   cs->slabs++;
   cs->slab_bytes += (size_t)s->pages << MTP_PAGE_SHIFT;
-  out->blocks_in_use += n;
-  out->bytes_in_use += n * s->block_size;
+  out->small_blocks += n;
+  out->small_bytes += n * s->block_size;
   return 0;
 }
 
@@ -57,34 +69,29 @@ static int packed_tally(void *arg, void *p, size_t usable) {
   return 0;
 }
 
-/* regions, if not NULL: [0] += the pool's regions, [1] += those advised huge (the report's last
- * line; mtp_stats_t has no field for it: the ABI). */
-static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out, size_t *regions) {
+static void stats_collect(mtpi_pool_t *p, pool_stats_t *out) {
   memset(out, 0, sizeof(*out));
-  memcpy(out->name, p->name, sizeof(out->name));
-  out->num_classes = MTP_NUM_CLASSES;
+  memcpy(out->t.name, p->name, sizeof(out->t.name));
+  out->id = p->id;
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) out->classes[c].block_size = mtp__class_size[c];
   uint64_t allocs, remote;
-  size_t mediums = 0, medium_bytes = 0; /* medium blocks: in the regions, shown as large blocks */
   size_t listed[MTP_NUM_CLASSES] = {0};
   mtp__pool_lock(p);
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
-    if (regions != NULL) {
-      regions[0]++;
-      regions[1] += r->h.huge_pages != 0;
-    }
+    out->regions++;
+    out->regions_huge += r->h.huge_pages != 0;
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
       if (r->pages[i].kind == MTP_PAGE_PACKED) { /* under the pool lock, as MEDIUM */
         size_t tally[2] = {0, 0};
         (void)mtp__packed_each(&r->pages[i], packed_tally, tally);
-        mediums += tally[0];
-        medium_bytes += tally[1];
+        out->medium_blocks += tally[0];
+        out->medium_bytes += tally[1];
         continue;
       }
       size_t n = slab_account(&r->pages[i], out);
-      mediums += n != 0;
-      medium_bytes += n;
+      out->medium_blocks += n != 0;
+      out->medium_bytes += n;
     }
   }
   allocs = p->dead_allocs + p->checked_allocs + p->medium_allocs;
@@ -103,35 +110,52 @@ static void stats_collect(mtpi_pool_t *p, mtp_stats_t *out, size_t *regions) {
     mtp_class_stats_t *cs = &out->classes[c];
     if (n > cs->blocks_in_use) n = cs->blocks_in_use; /* racy figures: never below zero */
     cs->blocks_in_use -= n;
-    out->blocks_in_use -= n;
-    out->bytes_in_use -= n * cs->block_size;
+    out->small_blocks -= n;
+    out->small_bytes -= n * cs->block_size;
   }
-  out->bytes_mapped = p->rs.mapped_bytes;
-  out->bytes_reserved = p->rs.mapped_bytes - p->rs.clean_bytes;
+  mtp_stats_t *t = &out->t;
+  t->bytes_mapped = p->rs.mapped_bytes;
+  t->bytes_reserved = p->rs.mapped_bytes - p->rs.clean_bytes;
   mtp__pool_unlock_quiet(p); /* a read frees no page */
   pthread_mutex_lock(&mtp__large_lock);
   size_t large_mapped = p->large_bytes;
-  out->large_blocks = p->large_count + mediums;
-  out->large_bytes = p->large_bytes + medium_bytes;
+  t->large_blocks = p->large_count + out->medium_blocks;
+  t->large_bytes = p->large_bytes + out->medium_bytes;
   size_t large_cached = p->large_cached_bytes; /* freed mappings kept for reuse: free, not in use */
   allocs += p->large_allocs;
   pthread_mutex_unlock(&mtp__large_lock);
-  out->blocks_in_use += out->large_blocks + mtp__checked_zero_count(p); /* 0 bytes each */
-  out->bytes_in_use += out->large_bytes;
+  out->zero_blocks = mtp__checked_zero_count(p);
+  t->blocks_in_use = out->small_blocks + t->large_blocks + out->zero_blocks;
+  t->bytes_in_use = out->small_bytes + t->large_bytes;
   /* medium blocks' pages are in the regions' figures already */
-  out->bytes_mapped += large_mapped + large_cached;
-  out->bytes_reserved += large_mapped + large_cached;
-  out->bytes_free = out->bytes_reserved > out->bytes_in_use ? out->bytes_reserved - out->bytes_in_use : 0;
-  out->allocs = allocs;
-  out->frees = allocs >= out->blocks_in_use ? allocs - out->blocks_in_use : 0;
-  out->remote_frees += remote;
+  t->bytes_mapped += large_mapped + large_cached;
+  t->bytes_reserved += large_mapped + large_cached;
+  t->bytes_free = t->bytes_reserved > t->bytes_in_use ? t->bytes_reserved - t->bytes_in_use : 0;
+  t->allocs = allocs;
+  t->frees = allocs >= t->blocks_in_use ? allocs - t->blocks_in_use : 0;
+  t->remote_frees += remote;
   /* relaxed: statistics */
-  out->bytes_returned = mtp__u64_load_relaxed(&p->bytes_returned) + mtp__u64_load_relaxed(&p->rs.returned);
+  t->bytes_returned = mtp__u64_load_relaxed(&p->bytes_returned) + mtp__u64_load_relaxed(&p->rs.returned);
+  /* the public structure's array: the first classes, as many as it holds (the ABI) */
+  t->num_classes = MTP_NUM_CLASSES < MTP_STATS_MAX_CLASSES ? MTP_NUM_CLASSES : MTP_STATS_MAX_CLASSES;
+  memcpy(t->classes, out->classes, t->num_classes * sizeof(t->classes[0]));
+}
+
+/* stats_collect of the live pool of id, NULL if none (registry lock held across: the pool cannot
+ * be destroyed meanwhile). */
+static bool stats_collect_id(uint32_t id, pool_stats_t *out) {
+  pthread_mutex_lock(&mtp__registry_lock);
+  mtpi_pool_t *p = mtp__pool_by_id(id);
+  if (p) stats_collect(p, out);
+  pthread_mutex_unlock(&mtp__registry_lock);
+  return p != NULL;
 }
 
 int mtp_pool_stats(mtp_pool_t *pool, mtp_stats_t *out) {
   if (out == NULL) return EINVAL;
-  stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), out, NULL);
+  pool_stats_t ps;
+  stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), &ps);
+  *out = ps.t;
   return 0;
 }
 
@@ -148,7 +172,8 @@ static int put(FILE *out, const char *fmt, ...) {
 /* A pool name is user text: escaped (base/error.c) so that it cannot forge lines of a report. */
 typedef char mtpi_name_text[4 * sizeof(((mtp_stats_t *)0)->name) + 1];
 
-static int print_one(const mtp_stats_t *st, FILE *out) {
+static int print_one(const pool_stats_t *ps, FILE *out) {
+  const mtp_stats_t *st = &ps->t;
   int rc = 0;
   mtpi_name_text name;
   mtp__text_escape(name, sizeof(name), st->name);
@@ -162,8 +187,8 @@ static int print_one(const mtp_stats_t *st, FILE *out) {
             st->large_blocks, st->large_bytes);
   rc |= put(out, "  %10s %12s %14s %8s %12s %9s\n", "block", "in use", "bytes in use", "slabs",
             "slab bytes", "fill");
-  for (unsigned c = 0; c < st->num_classes; c++) {
-    const mtp_class_stats_t *cs = &st->classes[c];
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    const mtp_class_stats_t *cs = &ps->classes[c];
     if (cs->slabs == 0) continue;
     double fill = cs->slab_bytes ? 100.0 * (double)(cs->blocks_in_use * cs->block_size) /
                                        (double)cs->slab_bytes
@@ -176,9 +201,9 @@ static int print_one(const mtp_stats_t *st, FILE *out) {
 
 int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) {
   if (out == NULL) return EINVAL;
-  mtp_stats_t st;
-  mtp_pool_stats(pool, &st);
-  return print_one(&st, out);
+  pool_stats_t ps;
+  stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), &ps);
+  return print_one(&ps, out);
 }
 
 int mtp_print_stats(FILE *out) {
@@ -187,33 +212,32 @@ int mtp_print_stats(FILE *out) {
   int rc = 0;
   rc |= put(out, "%-24s %12s %14s %10s %14s %14s\n", "pool", "blocks", "bytes in use",
             "bytes/blk", "reserved", "free");
-  size_t tb = 0, tu = 0, tr = 0, tf = 0, regions[2] = {0, 0};
-  /* Snapshot the pool list, then gather each pool without holding the registry lock across the
-   * output. */
+  size_t tb = 0, tu = 0, tr = 0, tf = 0, regions = 0, regions_huge = 0;
+  /* Each pool is gathered under the registry lock, and printed once no lock is held: stdio may
+   * allocate, from mtpool when it is the process's malloc. */
   for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
-    mtp_stats_t st;
-    pthread_mutex_lock(&mtp__registry_lock);
-    mtpi_pool_t *p = mtp__pool_by_id(id);
-    if (p) stats_collect(p, &st, regions);
-    pthread_mutex_unlock(&mtp__registry_lock);
-    if (!p) continue;
+    pool_stats_t ps;
+    if (!stats_collect_id(id, &ps)) continue;
+    const mtp_stats_t *st = &ps.t;
     mtpi_name_text name;
-    mtp__text_escape(name, sizeof(name), st.name);
-    rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", name, st.blocks_in_use,
-              st.bytes_in_use,
-              st.blocks_in_use ? (double)st.bytes_in_use / (double)st.blocks_in_use : 0.0,
-              st.bytes_reserved, st.bytes_free);
-    tb += st.blocks_in_use;
-    tu += st.bytes_in_use;
-    tr += st.bytes_reserved;
-    tf += st.bytes_free;
+    mtp__text_escape(name, sizeof(name), st->name);
+    rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", name, st->blocks_in_use,
+              st->bytes_in_use,
+              st->blocks_in_use ? (double)st->bytes_in_use / (double)st->blocks_in_use : 0.0,
+              st->bytes_reserved, st->bytes_free);
+    tb += st->blocks_in_use;
+    tu += st->bytes_in_use;
+    tr += st->bytes_reserved;
+    tf += st->bytes_free;
+    regions += ps.regions;
+    regions_huge += ps.regions_huge;
   }
   rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", "total", tb, tu,
             tb ? (double)tu / (double)tb : 0.0, tr, tf);
   /* How much huge pages back: the pools' regions advised huge (MTPOOL_HUGEPAGES), and what the
    * kernel made of the whole process's anonymous memory. */
   rc |= put(out, "huge pages: %zu of %zu regions advised huge; the process's AnonHugePages %ld kB\n",
-            regions[1], regions[0], mtp__os_anon_huge_kb());
+            regions_huge, regions, mtp__os_anon_huge_kb());
   return rc ? EIO : 0;
 }
 
@@ -221,11 +245,9 @@ int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) {
   if (cursor == NULL || out == NULL) return EINVAL;
   mtp__default();
   for (uint32_t id = *cursor; id < MTP_MAX_POOLS; id++) {
-    pthread_mutex_lock(&mtp__registry_lock);
-    mtpi_pool_t *p = mtp__pool_by_id(id);
-    if (p) stats_collect(p, out, NULL);
-    pthread_mutex_unlock(&mtp__registry_lock);
-    if (p) {
+    pool_stats_t ps;
+    if (stats_collect_id(id, &ps)) {
+      *out = ps.t;
       *cursor = id + 1;
       return 0;
     }

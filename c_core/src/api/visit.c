@@ -86,10 +86,10 @@ static int packed_visit(void *arg, void *p, size_t usable) {
   return v->visit(v->arg, p, usable, MTP_VISIT_LARGE);
 }
 
-/* Pool lock held. Visit the live blocks of slab s (or the medium block or packed span s); nonzero: visit's stop
- * value. */
+/* Pool lock held. Visit the live blocks of slab s (or the medium block or packed span s), a block
+ * of a class from `shown` on as MTP_VISIT_LARGE; nonzero: visit's stop value. */
 MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_visit_fn visit,
-                                  void *arg) {
+                                  void *arg, unsigned shown) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
   /* a medium block's kind and pages change only under the pool lock; a freed one may wait in its
    * freeing thread's cache (thread_free: a snapshot while that thread runs) */
@@ -105,6 +105,7 @@ MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_vi
     return 0;
   uint32_t bs = s->block_size, cap = s->capacity;
   if (s->cls >= MTP_NUM_CLASSES || bs == 0 || cap > MAX_BLOCKS) return 0;
+  unsigned cls = s->cls < shown ? s->cls : MTP_VISIT_LARGE;
   char *start = mtp__page_start(s), *bump = mtp__slab_bump(s);
   if (bump < start || bump > s->end) return 0;
   uint32_t carved = (uint32_t)((size_t)(bump - start) / bs);
@@ -113,7 +114,7 @@ MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_vi
       if (s->check_bits[i / 8] >> (i % 8) & 1) {
         size_t usable;
         void *u = mtp__checked_user(s, start + (size_t)i * bs, &usable);
-        int rc = visit(arg, u, usable, s->cls);
+        int rc = visit(arg, u, usable, cls);
         if (rc) return rc;
       }
     return 0;
@@ -127,15 +128,14 @@ MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_vi
   listed_mark(listed, start, bump, bs, seen);
   for (uint32_t i = 0; i < carved; i++)
     if (!(seen[i / 8] >> (i % 8) & 1)) {
-      int rc = visit(arg, start + (size_t)i * bs, bs, s->cls);
+      int rc = visit(arg, start + (size_t)i * bs, bs, cls);
       if (rc) return rc;
     }
   return 0;
 }
 
-int mtp_pool_visit(mtp_pool_t *pool_, mtp_visit_fn visit, void *arg) {
-  if (visit == NULL) return EINVAL;
-  mtpi_pool_t *pool = pool_ ? mtp__pool_in(pool_) : mtp__default();
+/* The walk, every class shown as itself below `shown`. */
+static int pool_walk(mtpi_pool_t *pool, mtp_visit_fn visit, void *arg, unsigned shown) {
   int rc = 0;
   listed_t listed;
   mtp__pool_lock(pool);
@@ -143,7 +143,7 @@ int mtp_pool_visit(mtp_pool_t *pool_, mtp_visit_fn visit, void *arg) {
   for (mtpi_region_t *r = mtp__region_from_node(pool->rs.regions); r && !rc;
        r = mtp__region_from_node(r->h.link.next))
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION && !rc; i++)
-      rc = visit_slab(&r->pages[i], &listed, visit, arg);
+      rc = visit_slab(&r->pages[i], &listed, visit, arg, shown);
   mtp__pool_unlock_quiet(pool); /* a read frees no page */
   if (listed.at != NULL) mtp__os_unmap(listed.at, listed.cap * sizeof(void *));
   if (rc) return rc;
@@ -156,6 +156,13 @@ int mtp_pool_visit(mtp_pool_t *pool_, mtp_visit_fn visit, void *arg) {
   }
   pthread_mutex_unlock(&mtp__large_lock);
   return rc;
+}
+
+/* The public walk's class is an index into mtp_stats_t.classes (the header's contract), so a
+ * block of a class beyond that array is shown as MTP_VISIT_LARGE. */
+int mtp_pool_visit(mtp_pool_t *pool, mtp_visit_fn visit, void *arg) {
+  if (visit == NULL) return EINVAL;
+  return pool_walk(pool ? mtp__pool_in(pool) : mtp__default(), visit, arg, MTP_STATS_MAX_CLASSES);
 }
 
 /* ---- MTPOOL_SHOW_LEAKS ---- */
@@ -192,7 +199,7 @@ static void leak_line(const char *fmt, ...) {
 
 static void leak_report_pool(mtpi_pool_t *p) {
   memset(leak_tally, 0, sizeof(leak_tally));
-  (void)mtp_pool_visit(mtp__pool_out(p), leak_visit, NULL);
+  (void)pool_walk(p, leak_visit, NULL, MTP_NUM_CLASSES);
   size_t count = 0, bytes = 0;
   for (unsigned c = 0; c <= MTP_NUM_CLASSES; c++) {
     count += leak_tally[c].count;
