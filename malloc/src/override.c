@@ -266,16 +266,20 @@ static int xml_text(FILE *out, const char *s) {
 
 EXPORT int malloc_info(int options, FILE *out) {
   if (options != 0 || out == NULL) return EINVAL;
+  /* every size class of each pool (mtp_stats_t holds the first MTP_STATS_MAX_CLASSES) */
+  unsigned nclasses = (unsigned)mtp_pool_class_stats(NULL, NULL, 0);
+  mtp_class_stats_t *classes = mtp_alloc(nclasses * sizeof(*classes));
+  if (classes == NULL) return ENOMEM;
   mtp_stats_t st;
   unsigned cursor = 0;
   size_t n = 0;
   int rc = fprintf(out, "<malloc version=\"mtpool-%s\">\n", mtp_version()) < 0;
-  while (mtp_stats_next(&cursor, &st) == 0) {
+  while (mtp_stats_next_classes(&cursor, &st, classes, nclasses) > 0) {
     rc |= fprintf(out, "<heap nr=\"%zu\" name=\"", n++) < 0;
     rc |= xml_text(out, st.name);
     rc |= fprintf(out, "\">\n<sizes>\n") < 0;
-    for (unsigned c = 0; c < st.num_classes; c++) {
-      const mtp_class_stats_t *cs = &st.classes[c];
+    for (unsigned c = 0; c < nclasses; c++) {
+      const mtp_class_stats_t *cs = &classes[c];
       if (cs->slabs == 0) continue;
       /* glibc's four attributes, then the class's slabs and the bytes they span: what the
        * class holds beyond its blocks (a class with few blocks in many slabs shows here) */
@@ -288,6 +292,7 @@ EXPORT int malloc_info(int options, FILE *out) {
     rc |= fprintf(out, "</sizes>\n") < 0;
     rc |= info_totals(out, &st, "heap");
   }
+  mtp_free(classes);
   stats_total(&st);
   rc |= info_totals(out, &st, "malloc");
   return rc ? EIO : 0;

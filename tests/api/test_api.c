@@ -138,7 +138,10 @@ static void test_pools(void) {
   CHECK_EQ_SZ(st.frees, 2501);
   CHECK_EQ_SZ(st.large_blocks, 0);
   size_t per_class = 0;
-  for (unsigned c = 0; c < st.num_classes; c++) per_class += st.classes[c].blocks_in_use;
+  mtp_class_stats_t cs[256];
+  int ncs = mtp_pool_class_stats(pool, cs, 256);
+  CHECK(ncs > 0 && ncs <= 256);
+  for (int c = 0; c < ncs; c++) per_class += cs[c].blocks_in_use;
   CHECK_EQ_SZ(per_class, 2501);
   CHECK(mtp_pool_stats(pool, NULL) == EINVAL);
   FILE *devnull = fopen("/dev/null", "w");
@@ -168,6 +171,112 @@ static void test_pools(void) {
   for (int i = 0; i < made; i++) mtp_pool_destroy(many[i]);
   CHECK((pool = mtp_pool_create(NULL)) != NULL);
   mtp_pool_destroy(pool);
+}
+
+/* A heap walk's count per class index (MTP_VISIT_LARGE: the last entry). */
+typedef struct {
+  size_t by_cls[MTP_STATS_MAX_CLASSES], large, other;
+} cls_tally_t;
+static int tally_cls(void *arg, void *block, size_t usable, unsigned cls) {
+  cls_tally_t *t = arg;
+  (void)block;
+  (void)usable;
+  if (cls == MTP_VISIT_LARGE)
+    t->large++;
+  else if (cls < MTP_STATS_MAX_CLASSES)
+    t->by_cls[cls]++;
+  else
+    t->other++;
+  return 0;
+}
+
+/* Every size class: mtp_pool_class_stats and mtp_stats_next_classes give one entry per class, of
+ * which mtp_stats_t holds the first MTP_STATS_MAX_CLASSES (blocks of later ones count in its
+ * totals only, and a heap walk shows them as MTP_VISIT_LARGE); bad arguments are refused. */
+static void test_class_stats(void) {
+  int n = mtp_pool_class_stats(NULL, NULL, 0);
+  CHECK(n > 0);
+  mtp_class_stats_t *cs = calloc((size_t)n + 2, sizeof(*cs));
+  void **blocks = calloc((size_t)n * (size_t)(n + 1) / 2, sizeof(void *));
+  REQUIRE(cs != NULL && blocks != NULL, "memory for the test");
+  mtp_options_t opt;
+  mtp_options_init(&opt);
+  opt.name = "test-classes";
+  mtp_pool_t *pool = mtp_pool_create(&opt);
+  REQUIRE(pool != NULL, "a pool");
+  CHECK(mtp_pool_class_stats(pool, cs, (unsigned)n) == n);
+  for (int c = 0; c < n; c++) {
+    CHECK(cs[c].blocks_in_use == 0 && cs[c].slabs == 0);
+    if (c > 0) CHECK(cs[c].block_size > cs[c - 1].block_size);
+  }
+  CHECK_EQ_SZ(cs[n - 1].block_size, 32768);
+  /* c + 1 blocks of class c, and one large block */
+  size_t nb = 0;
+  for (int c = 0; c < n; c++)
+    for (int i = 0; i <= c; i++) CHECK((blocks[nb++] = mtp_pool_alloc(pool, cs[c].block_size)) != NULL);
+  void *big = mtp_pool_alloc(pool, 1 << 20);
+  CHECK(big != NULL);
+  memset(&cs[n], 0xab, 2 * sizeof(*cs));
+  CHECK(mtp_pool_class_stats(pool, cs, (unsigned)n + 2) == n);
+  const unsigned char *past = (const unsigned char *)&cs[n];
+  for (size_t i = 0; i < 2 * sizeof(*cs); i++) CHECK(past[i] == 0xab); /* beyond n: untouched */
+  size_t small = 0, beyond = 0;
+  for (int c = 0; c < n; c++) {
+    CHECK_EQ_SZ(cs[c].blocks_in_use, (size_t)c + 1);
+    CHECK(cs[c].slabs >= 1 && cs[c].slab_bytes >= cs[c].block_size * ((size_t)c + 1));
+    small += cs[c].blocks_in_use;
+    if (c >= MTP_STATS_MAX_CLASSES) beyond += cs[c].blocks_in_use;
+  }
+  mtp_stats_t st;
+  CHECK(mtp_pool_stats(pool, &st) == 0);
+  CHECK_EQ_SZ(st.num_classes, n < MTP_STATS_MAX_CLASSES ? (unsigned)n : MTP_STATS_MAX_CLASSES);
+  for (unsigned c = 0; c < st.num_classes; c++)
+    CHECK(st.classes[c].block_size == cs[c].block_size &&
+          st.classes[c].blocks_in_use == cs[c].blocks_in_use);
+  CHECK_EQ_SZ(st.large_blocks, 1);
+  CHECK_EQ_SZ(st.blocks_in_use, small + st.large_blocks);
+  /* the walk's class indexes mtp_stats_t.classes: later classes show as MTP_VISIT_LARGE */
+  cls_tally_t t;
+  memset(&t, 0, sizeof(t));
+  CHECK(mtp_pool_visit(pool, tally_cls, &t) == 0);
+  CHECK_EQ_SZ(t.other, 0);
+  CHECK_EQ_SZ(t.large, 1 + beyond);
+  for (unsigned c = 0; c < st.num_classes; c++) CHECK_EQ_SZ(t.by_cls[c], c + 1);
+  /* fewer entries than classes: only those are written */
+  mtp_class_stats_t two[3];
+  memset(two, 0xab, sizeof(two));
+  CHECK(mtp_pool_class_stats(pool, two, 2) == n);
+  CHECK(two[1].block_size == cs[1].block_size && two[1].blocks_in_use == 2);
+  CHECK(((const unsigned char *)&two[2])[0] == 0xab);
+  /* the iteration finds the pool, with the same figures in one snapshot */
+  unsigned cursor = 0;
+  int got, found = 0;
+  while ((got = mtp_stats_next_classes(&cursor, &st, cs, (unsigned)n)) > 0) {
+    CHECK(got == n);
+    if (strcmp(st.name, "test-classes") != 0) continue;
+    found++;
+    size_t sum = 0;
+    for (int c = 0; c < n; c++) sum += cs[c].blocks_in_use;
+    CHECK_EQ_SZ(sum + st.large_blocks, st.blocks_in_use);
+    CHECK_EQ_SZ(cs[n - 1].blocks_in_use, (size_t)n);
+  }
+  CHECK(got == 0 && found == 1);
+  cursor = 0;
+  CHECK(mtp_stats_next_classes(&cursor, &st, NULL, 0) == n); /* the totals alone */
+  /* bad arguments */
+  errno = 0;
+  CHECK(mtp_pool_class_stats(pool, NULL, 1) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(mtp_stats_next_classes(NULL, &st, cs, 1) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(mtp_stats_next_classes(&cursor, NULL, cs, 1) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(mtp_stats_next_classes(&cursor, &st, NULL, 1) == -1 && errno == EINVAL);
+  for (size_t i = 0; i < nb; i++) mtp_free(blocks[i]);
+  mtp_free(big);
+  mtp_pool_destroy(pool);
+  free(blocks);
+  free(cs);
 }
 
 /* A pool name is user text: the plain-text reports escape it, so that a name cannot forge lines
@@ -403,6 +512,7 @@ int main(int argc, char **argv) {
   RUN(test_calloc_realloc);
   RUN(test_aligned);
   RUN(test_pools);
+  RUN(test_class_stats);
   RUN(test_print_stats_escapes_name);
   RUN(test_misuse_default_mode);
   RUN(test_free_keeps_errno);

@@ -328,6 +328,30 @@ TEST_F(AllocatorTest, PoolPrintStats) {
   EXPECT_NE(p.print_stats(stdout), 0);  // moved-from: EINVAL, prints nothing
 }
 
+// Every size class through the adapter; a list<int> node is one block of the 24-byte class.
+TEST_F(AllocatorTest, PoolClassStats) {
+  mtpool::pool p("cxx-classes");
+  int n = p.class_stats(nullptr, 0);
+  ASSERT_GT(n, 0);
+  std::vector<mtp_class_stats_t> cs(static_cast<std::size_t>(n));
+  {
+    std::list<int, PA<int>> l{PA<int>(p)};
+    for (int i = 0; i < 1000; ++i) l.push_back(i);
+    EXPECT_EQ(p.class_stats(cs.data(), static_cast<unsigned>(n)), n);
+  }
+  std::size_t blocks = 0;
+  for (const mtp_class_stats_t &c : cs) {
+    blocks += c.blocks_in_use;
+    if (c.blocks_in_use != 0) {
+      EXPECT_EQ(c.block_size, 24u);
+    }
+  }
+  EXPECT_EQ(blocks, 1000u);
+  EXPECT_EQ(p.class_stats(nullptr, 1), -1);
+  mtpool::pool other(std::move(p));
+  EXPECT_EQ(p.class_stats(cs.data(), static_cast<unsigned>(n)), 0);  // moved-from: nothing
+}
+
 // ---- mtpool::pool_allocator ------------------------------------------------------------------
 
 TEST_F(AllocatorTest, PoolAllocatorConstructionEqualityRebind) {

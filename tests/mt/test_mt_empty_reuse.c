@@ -57,10 +57,11 @@ static mtp_pool_t *keeping_pool(const char *name) {
 }
 
 static size_t slabs_of(mtp_pool_t *pool) {
-  mtp_stats_t st;
-  CHECK(mtp_pool_stats(pool, &st) == 0);
+  mtp_class_stats_t cs[256];
+  int classes = mtp_pool_class_stats(pool, cs, 256);
+  CHECK(classes > 0 && classes <= 256);
   size_t n = 0;
-  for (unsigned c = 0; c < st.num_classes; c++) n += st.classes[c].slabs;
+  for (int c = 0; c < classes; c++) n += cs[c].slabs;
   return n;
 }
 

@@ -355,7 +355,9 @@ int main(void) {
 
   mtp_stats_t st0;
   mtp_pool_stats(NULL, &st0);
-  g_max_class = st0.num_classes ? st0.classes[st0.num_classes - 1].block_size : 0;
+  mtp_class_stats_t cs[256];
+  int classes = mtp_pool_class_stats(NULL, cs, 256);
+  g_max_class = classes > 0 && classes <= 256 ? cs[classes - 1].block_size : 0;
   printf("stress: seed %#llx, %d rounds of 8/16/32 slots x %d thread generations, %llu ops per "
          "thread, time cap %.0f s%s, largest class %zu B\n",
          (unsigned long long)seed, rounds, GENERATIONS, (unsigned long long)ops_per_gen, cap_s,

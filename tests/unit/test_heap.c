@@ -574,7 +574,9 @@ static void check_live(mtpi_pool_t *pool, void **b, uint32_t n) {
   CHECK(mtp_pool_stats(mtp__pool_out(pool), &st) == 0);
   CHECK_EQ_SZ(st.blocks_in_use, live);
   size_t by_class = 0;
-  for (unsigned c = 0; c < st.num_classes; c++) by_class += st.classes[c].blocks_in_use;
+  mtp_class_stats_t cs[MTP_NUM_CLASSES];
+  CHECK(mtp_pool_class_stats(mtp__pool_out(pool), cs, MTP_NUM_CLASSES) == MTP_NUM_CLASSES);
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) by_class += cs[c].blocks_in_use;
   CHECK_EQ_SZ(by_class, live);
   visit_check_t v = {b, n, 0, 0};
   CHECK(mtp_pool_visit(mtp__pool_out(pool), visit_count, &v) == 0);

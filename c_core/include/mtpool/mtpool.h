@@ -88,6 +88,8 @@ typedef struct mtp_class_stats {
   size_t slab_bytes;    /* bytes those slabs span */
 } mtp_class_stats_t;
 
+/* The length of mtp_stats_t.classes (fixed: the ABI). The library may have more size classes:
+ * mtp_pool_class_stats and mtp_stats_next_classes give every one. */
 #define MTP_STATS_MAX_CLASSES 64
 
 /* Pool statistics. Exact when no thread is allocating or freeing in the pool; while threads run
@@ -107,7 +109,9 @@ typedef struct mtp_stats {
   uint64_t frees;          /* cumulative frees (allocs - blocks_in_use) */
   uint64_t remote_frees;   /* cumulative frees by a thread other than the block's owner (0 in checked mode) */
   uint64_t bytes_returned; /* cumulative bytes given back to the OS (purged or unmapped) */
-  unsigned num_classes;    /* entries used in classes[] */
+  unsigned num_classes;    /* entries used in classes[]: the first num_classes size classes,
+                              smallest first (at most MTP_STATS_MAX_CLASSES; blocks of any later
+                              class count in the totals above, not here) */
   mtp_class_stats_t classes[MTP_STATS_MAX_CLASSES];
 } mtp_stats_t;
 
@@ -249,6 +253,20 @@ MTP_API size_t mtp_trim_all(void) MTP_NOEXCEPT;
  * EINVAL if an argument is NULL. Pools created or destroyed meanwhile may be seen or missed. */
 MTP_API int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) MTP_NOEXCEPT;
 
+/* Every size class's statistics for pool (NULL: the default pool), smallest class first, in one
+ * snapshot (as mtp_pool_stats's): fills out[i] for each i below count and below the number of
+ * classes, and returns that number (the same for the library's life: out NULL and count 0 ask
+ * for it alone). -1 with errno EINVAL if out is NULL and count is not 0. */
+MTP_API int mtp_pool_class_stats(mtp_pool_t *pool, mtp_class_stats_t *out, unsigned count)
+    MTP_NOEXCEPT;
+
+/* mtp_stats_next with every size class: fills *out and classes[i] (for each i below count and
+ * below the number of classes) for the next live pool, in one snapshot, and moves *cursor past
+ * it. Returns the number of classes, 0 when no pool is left, or -1 with errno EINVAL if cursor or
+ * out is NULL, or classes is NULL and count is not 0. */
+MTP_API int mtp_stats_next_classes(unsigned *cursor, mtp_stats_t *out, mtp_class_stats_t *classes,
+                                   unsigned count) MTP_NOEXCEPT;
+
 /* Checked mode: verify every block of pool (NULL: the default pool) now, as at trim and exit: live
  * blocks' guards, freed blocks' clearing. Reports each corrupt block through the error handler
  * (its pool, size and address) and returns how many were found; 0 for a pool not checked. */
@@ -267,13 +285,15 @@ MTP_API int mtp_profile_dump(const char *path) MTP_NOEXCEPT;
  * Heap walk
  * ----------------------------------------------------------------------------------------------*/
 
-/* The class a heap walk gives a block above 32 KiB (a medium block in region pages, or a large
- * one mapped for itself). */
+/* The class a heap walk gives a block that no entry of mtp_stats_t.classes counts: a block above
+ * 32 KiB (a medium block in region pages, or a large one mapped for itself), or one of a size
+ * class whose index is MTP_STATS_MAX_CLASSES or more. */
 #define MTP_VISIT_LARGE 0xffffffffu
 
 /* Called for each live block: block is its start (what the allocation returned), usable its
  * usable size (checked pools: the size requested), cls its size class (an index into
- * mtp_stats_t.classes) or MTP_VISIT_LARGE. Return 0 to go on, nonzero to stop the walk. */
+ * mtp_stats_t.classes, and into mtp_pool_class_stats's array: always below
+ * MTP_STATS_MAX_CLASSES) or MTP_VISIT_LARGE. Return 0 to go on, nonzero to stop the walk. */
 typedef int (*mtp_visit_fn)(void *arg, void *block, size_t usable, unsigned cls);
 
 /* Visit every block of pool (NULL: the default pool) handed out and not freed; the blocks stay

@@ -241,17 +241,54 @@ int mtp_print_stats(FILE *out) {
   return rc ? EIO : 0;
 }
 
+/* The next live pool from *cursor on into *ps, moving *cursor past it; false when none is left. */
+static bool stats_next(unsigned *cursor, pool_stats_t *ps) {
+  mtp__default();
+  for (uint32_t id = *cursor; id < MTP_MAX_POOLS; id++)
+    if (stats_collect_id(id, ps)) {
+      *cursor = id + 1;
+      return true;
+    }
+  *cursor = MTP_MAX_POOLS;
+  return false;
+}
+
 int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) {
   if (cursor == NULL || out == NULL) return EINVAL;
-  mtp__default();
-  for (uint32_t id = *cursor; id < MTP_MAX_POOLS; id++) {
-    pool_stats_t ps;
-    if (stats_collect_id(id, &ps)) {
-      *out = ps.t;
-      *cursor = id + 1;
-      return 0;
-    }
+  pool_stats_t ps;
+  if (!stats_next(cursor, &ps)) return ENOENT;
+  *out = ps.t;
+  return 0;
+}
+
+/* The first count classes of ps (all of them if count is larger) into out. */
+static void classes_out(const pool_stats_t *ps, mtp_class_stats_t *out, unsigned count) {
+  if (count > MTP_NUM_CLASSES) count = MTP_NUM_CLASSES;
+  if (count != 0) memcpy(out, ps->classes, count * sizeof(*out));
+}
+
+int mtp_pool_class_stats(mtp_pool_t *pool, mtp_class_stats_t *out, unsigned count) {
+  if (out == NULL && count != 0) {
+    errno = EINVAL;
+    return -1;
   }
-  *cursor = MTP_MAX_POOLS;
-  return ENOENT;
+  if (count != 0) {
+    pool_stats_t ps;
+    stats_collect(pool ? mtp__pool_in(pool) : mtp__default(), &ps);
+    classes_out(&ps, out, count);
+  }
+  return MTP_NUM_CLASSES;
+}
+
+int mtp_stats_next_classes(unsigned *cursor, mtp_stats_t *out, mtp_class_stats_t *classes,
+                           unsigned count) {
+  if (cursor == NULL || out == NULL || (classes == NULL && count != 0)) {
+    errno = EINVAL;
+    return -1;
+  }
+  pool_stats_t ps;
+  if (!stats_next(cursor, &ps)) return 0;
+  *out = ps.t;
+  classes_out(&ps, classes, count);
+  return MTP_NUM_CLASSES;
 }

@@ -200,9 +200,10 @@ constexpr bool operator!=(const allocator<T> &, const allocator<U> &) noexcept {
 // releases all its memory at once, blocks in use included: every container using it must be
 // gone (or must never be touched again) by then. Movable, not copyable. A moved-from pool holds
 // no pool: get() returns nullptr, stats() is zero and trim() does nothing.
-// Thread safety: get(), name(), stats(), trim() and print_stats() may be called from any thread
-// while other threads allocate from the pool; construction, assignment, release() and
-// destruction may not run concurrently with any other use of the object or the pool.
+// Thread safety: get(), name(), stats(), class_stats(), trim() and print_stats() may be called
+// from any thread while other threads allocate from the pool; construction, assignment,
+// release() and destruction may not run concurrently with any other use of the object or the
+// pool.
 class pool {
  public:
   // Effects: creates a pool with the default options and a generated name ("pool-<id>").
@@ -257,8 +258,9 @@ class pool {
   // Returns: the pool's name ("" for a moved-from pool). Valid while the pool lives.
   const char *name() const noexcept { return pool_ != nullptr ? mtp_pool_name(pool_) : ""; }
 
-  // Returns: the pool's statistics (see mtp_stats_t; exact when no thread is using the pool).
-  // All zero for a moved-from pool. Throws nothing.
+  // Returns: the pool's statistics (see mtp_stats_t: its classes[] holds the first
+  // MTP_STATS_MAX_CLASSES size classes; class_stats gives every one; exact when no thread is
+  // using the pool). All zero for a moved-from pool. Throws nothing.
   mtp_stats_t stats() const noexcept {
     mtp_stats_t s;
     if (pool_ != nullptr) {
@@ -267,6 +269,14 @@ class pool {
       std::memset(&s, 0, sizeof s);
     }
     return s;
+  }
+
+  // Effects: fills out[0 .. count) with the statistics of the pool's size classes, smallest
+  // first (mtp_pool_class_stats). Returns: the number of size classes (out null and count 0 ask
+  // for it alone); -1 (errno EINVAL) for out null with count not 0; 0 for a moved-from pool,
+  // which fills nothing. Throws nothing.
+  int class_stats(mtp_class_stats_t *out, unsigned count) const noexcept {
+    return pool_ != nullptr ? mtp_pool_class_stats(pool_, out, count) : 0;
   }
 
   // Effects: returns the pool's empty pages to the OS now (mtp_pool_trim).
