@@ -3,9 +3,9 @@
 tests/unit/test_size_class.c checks the result against the rules below, whoever wrote it).
 
 Rules:
-  - to 1 KiB: 8-byte steps to 112 B, then 128 B, 16-byte steps to 256 B, then four classes per
-    doubling; 24, 40, 48 and 56-byte container nodes take exactly their size. (120 B was a class
-    until issue 40: its place went to 16 KiB + 64, the 64th class; 113-120 B round by 6.7% now.)
+  - to 1 KiB: 8-byte steps to 128 B (every request up to 128 B takes its size rounded up to 8),
+    16-byte steps to 256 B, then four classes per doubling; 24, 40, 48 and 56-byte container
+    nodes take exactly their size.
   - above 1 KiB: multiples of 16 (the upper lookup table's step), at most 12.5% rounding for every
     size (a class s serves sizes above the class below it, p: s <= 9/8 (p + 1)), every power of
     two a class, and "power of two + small header" classes 2^k + 64 for k = 12..14, so that
@@ -14,7 +14,8 @@ Rules:
     rounding, then sizes with the most trailing zero bits.
   - mtp__class_recip[c] = ceil(2^64 / size): an offset n below 2^32 is a multiple of the size
     iff n * recip mod 2^64 < recip (the free fast path's interior-pointer test, api/alloc.c).
-  - MTP_NUM_CLASSES at most MTP_STATS_MAX_CLASSES (64: the public statistics' array, ABI).
+  - MTP_NUM_CLASSES at most 256: the lookup tables hold a class index in a byte. The public
+    statistics' array (MTP_STATS_MAX_CLASSES, 64) does not bound it: it lists the first 64.
   - a class's slab spans the fewest 64 KiB pages, a power of two (the region layer's spans, up
     to 16 pages), holding at least 16 blocks with at most 1/8 of the span left over. (8 blocks
     until issue 17: classes above 4 KiB then got slabs of 8-15 blocks, and a thread churning
@@ -27,7 +28,7 @@ MUST = [2048, 4096, 4096 + 64, 8192, 8192 + 64, 16384, 16384 + 64]
 
 
 def lower():
-    c = [s for s in range(8, 129, 8) if s != 120] + list(range(144, 257, 16))
+    c = list(range(8, 129, 8)) + list(range(144, 257, 16))
     s = 256
     while s < DIRECT:
         c += [s + s // 4 * i for i in range(1, 5)]
@@ -70,7 +71,7 @@ def table(values, per_line=20):
 
 def main():
     sizes = lower() + upper()
-    assert len(sizes) <= 64, len(sizes)
+    assert len(sizes) <= 256, len(sizes)
     print(f"#define MTP_NUM_CLASSES {len(sizes)}\n")
     print("const uint32_t mtp__class_size[MTP_NUM_CLASSES] = {\n" + table(sizes, 13) + "\n};\n")
     print("const uint8_t mtp__class_pages[MTP_NUM_CLASSES] = {\n" + table([pages(s) for s in sizes], 26) + "\n};\n")

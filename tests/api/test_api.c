@@ -173,6 +173,24 @@ static void test_pools(void) {
   mtp_pool_destroy(pool);
 }
 
+/* Every request up to 128 B takes its size rounded up to 8, no more: from the default pool and
+ * from a pool of its own. */
+static void test_usable_small(void) {
+  mtp_pool_t *pool = mtp_pool_create(NULL);
+  REQUIRE(pool != NULL, "a pool");
+  for (size_t n = 1; n <= 128; n++) {
+    size_t want = (n + 7) & ~(size_t)7;
+    void *p = mtp_alloc(n), *q = mtp_pool_alloc(pool, n);
+    CHECK(p != NULL && q != NULL);
+    EXPECT(mtp_usable_size(p) == want, "mtp_usable_size(mtp_alloc(%zu)) = %zu, want %zu", n,
+           mtp_usable_size(p), want);
+    CHECK_EQ_SZ(mtp_usable_size(q), want);
+    mtp_free(p);
+    mtp_free_sized(q, n);
+  }
+  mtp_pool_destroy(pool);
+}
+
 /* A heap walk's count per class index (MTP_VISIT_LARGE: the last entry). */
 typedef struct {
   size_t by_cls[MTP_STATS_MAX_CLASSES], large, other;
@@ -512,6 +530,7 @@ int main(int argc, char **argv) {
   RUN(test_calloc_realloc);
   RUN(test_aligned);
   RUN(test_pools);
+  RUN(test_usable_small);
   RUN(test_class_stats);
   RUN(test_print_stats_escapes_name);
   RUN(test_misuse_default_mode);

@@ -287,6 +287,16 @@ static void fz_check_stats(void) {
               (unsigned long long)g_pool[pi].allocs, (unsigned long long)g_pool[pi].frees);
     if (st.bytes_reserved < st.bytes_in_use)
       FZ_FAIL("pool %d: reserved %zu < in use %zu", pi, st.bytes_reserved, st.bytes_in_use);
+    /* every size class's blocks and the large ones are the blocks in use (a checked pool's
+     * zero-size blocks are in no class) */
+    mtp_class_stats_t cs[256];
+    int nc = mtp_pool_class_stats(fz_handle(pi), cs, 256);
+    if (nc <= 0 || nc > 256) FZ_FAIL("pool %d: %d size classes", pi, nc);
+    size_t by_class = st.large_blocks;
+    for (int c = 0; c < nc; c++) by_class += cs[c].blocks_in_use;
+    if (g_pool[pi].check ? by_class > st.blocks_in_use : by_class != st.blocks_in_use)
+      FZ_FAIL("pool %d: classes and large blocks %zu, blocks_in_use %zu", pi, by_class,
+              st.blocks_in_use);
   }
 }
 

@@ -182,6 +182,19 @@ static void test_usable_size(void) {
   typedef size_t (*usable_fn)(const void *);
   CHECK(malloc_usable_size(p) == ((usable_fn)mu_sym("mtp_usable_size"))(p));
   free(p);
+  /* every request up to 128 B takes its size rounded up to 8 (checked mode: the size asked) */
+  const char *checked = getenv("MTPOOL_CHECK");
+  int exact = checked != NULL && strcmp(checked, "1") == 0;
+  for (size_t n = 1; n <= 128; n++) {
+    size_t want = exact ? n : (n + 7) & ~(size_t)7;
+    p = malloc(n);
+    CHECK(mu_owned(p));
+    if (malloc_usable_size(p) != want)
+      fprintf(stderr, "malloc_usable_size(malloc(%zu)) = %zu, want %zu\n", n, malloc_usable_size(p),
+              want);
+    CHECK(malloc_usable_size(p) == want);
+    free(p);
+  }
 }
 
 static void test_free_sized(void) {

@@ -15,6 +15,10 @@ int main(void) {
   o.name = "a\"b<c>d&e'f\tg\001h";
   mtp_pool_t *p = create(&o);
   CHECK(p != NULL);
+  /* blocks of the 120-byte class and of the last (32 KiB) class, which mtp_stats_t.classes has
+   * no room for: malloc_info lists every class */
+  void *b120 = malloc(120), *b32k = malloc(32768);
+  CHECK(mu_owned(b120) && mu_owned(b32k));
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -26,6 +30,8 @@ int main(void) {
   if (!ok) fprintf(stderr, "escaped name %s not in:\n%s\n", want, buf);
   CHECK(ok);
   CHECK(strstr(buf, o.name) == NULL);
+  CHECK(strstr(buf, "<size from=\"120\" to=\"120\" total=\"120\" count=\"1\"") != NULL);
+  CHECK(strstr(buf, "<size from=\"32768\" to=\"32768\" total=\"32768\" count=\"1\"") != NULL);
   CHECK(strchr(buf, '\001') == NULL && strchr(buf, '\t') == NULL);
   /* every '<' starts one of malloc_info's own tags */
   static const char *const tags[] = {"<malloc", "</malloc", "<heap", "</heap", "<sizes",
@@ -37,6 +43,8 @@ int main(void) {
     CHECK(known);
   }
   free(buf);
+  free(b120);
+  free(b32k);
   printf("ok\n");
   return 0;
 }

@@ -8,15 +8,16 @@ static void test_steps(void) {
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
     uint32_t s = mtp__class_size[c];
     if (c > 0) CHECK(s > mtp__class_size[c - 1]);
-    if (s <= 112) CHECK_EQ_SZ(s, 8 * (c + 1));
+    if (s <= 128) CHECK_EQ_SZ(s, 8 * (c + 1));
   }
   CHECK_EQ_SZ(mtp__class_size[MTP_NUM_CLASSES - 1], MTP_MAX_SMALL);
-  CHECK(MTP_NUM_CLASSES <= MTP_STATS_MAX_CLASSES); /* every class has a statistics entry */
-  /* the classes up to 1 KiB are those of issue 2 but 120 B (issue 40: its place went to 16 KiB +
-   * 64) */
+  CHECK(MTP_NUM_CLASSES <= 256); /* a class index fits the lookup tables' bytes */
+  /* every size up to 128 B takes its size rounded up to 8, no more */
+  for (size_t n = 1; n <= 128; n++) CHECK_EQ_SZ(mtp__class_size[mtp__class_of(n)], (n + 7) & ~(size_t)7);
+  /* the classes up to 1 KiB */
   static const uint32_t small[] = {8,   16,  24,  32,  40,  48,  56,  64,  72,  80,  88,
-                                   96,  104, 112, 128, 144, 160, 176, 192, 208, 224,
-                                   240, 256, 320, 384, 448, 512, 640, 768, 896, 1024};
+                                   96,  104, 112, 120, 128, 144, 160, 176, 192, 208,
+                                   224, 240, 256, 320, 384, 448, 512, 640, 768, 896, 1024};
   for (unsigned i = 0; i < sizeof(small) / sizeof(small[0]); i++) CHECK_EQ_SZ(mtp__class_size[i], small[i]);
   /* container nodes take exactly their size */
   unsigned sizes[] = {24, 40, 48, 56};

@@ -113,9 +113,10 @@
 #define MTP_MAX_POOLS 1024   /* pool ids 0 (default) .. 1023 */
 #define MTP_VA_BITS 48       /* user addresses handed out by mmap stay below 2^48 */
 #define MTP_CHUNKMAP_SIZE ((size_t)1 << (MTP_VA_BITS - MTP_REGION_SHIFT))
-/* Size classes (size_class.c): at most MTP_STATS_MAX_CLASSES (the public statistics' array, part
- * of the ABI), checked there. */
-#define MTP_NUM_CLASSES 64
+/* Size classes (size_class.c, made by tools/size_classes.py). Any count up to 256 (a class index
+ * is a byte in the lookup tables, checked there); the public mtp_stats_t lists the first
+ * MTP_STATS_MAX_CLASSES, mtp_pool_class_stats every one. */
+#define MTP_NUM_CLASSES 65
 
 /* ------------------------------------------------------------------------------------------------
  * Blocks and page descriptors
