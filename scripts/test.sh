@@ -182,7 +182,7 @@ for stage in $stages; do
       configure_build "$out/release" "mtpool_malloc mtpool_cxx_tests test_malloc_contract \
         test_malloc_contract_linked test_malloc_new test_malloc_new_linked test_malloc_threads \
         test_malloc_fork test_malloc_dlopen test_malloc_env mtp_dl_alloc valgrind_target \
-        valgrind_target_linked test_malloc_info test_malloc_deaths sec_cases" \
+        valgrind_target_linked test_malloc_info test_malloc_deaths test_malloc_stats_json sec_cases" \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo
       run_ctest malloc "$out/release" -L malloc
       rm -rf "$out/malloc-prefix" "$out/malloc-consumer"

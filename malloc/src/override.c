@@ -317,14 +317,21 @@ static int env_flag(const char *name) {
   return v && *v && strcmp(v, "0") != 0;
 }
 
+/* MTPOOL_SHOW_STATS: unset, empty or 0: no report at exit; json: mtp_print_stats_json's document;
+ * anything else: mtp_print_stats's table. */
+enum { SHOW_NONE, SHOW_TABLE, SHOW_JSON };
 static int show_stats;
+static const char *const show_names[] = {"0", "1", "json"};
 
 /* The core's escaping of user text for a plain-text report (c_core/src/base/error.c, linked into
  * this library with the core's objects): MTPOOL_NAME cannot forge lines of stderr. */
 void mtp__text_escape(char *buf, size_t size, const char *s);
 
 __attribute__((constructor)) static void malloc_start(void) {
-  show_stats = env_flag("MTPOOL_SHOW_STATS");
+  const char *show = env_value("MTPOOL_SHOW_STATS");
+  show_stats = show == NULL || *show == 0 || strcmp(show, "0") == 0 ? SHOW_NONE
+               : strcmp(show, "json") == 0                           ? SHOW_JSON
+                                                                     : SHOW_TABLE;
   if (env_flag("MTPOOL_VERBOSE")) {
     mtp_options_t o;
     mtp_pool_options(NULL, &o);
@@ -332,11 +339,15 @@ __attribute__((constructor)) static void malloc_start(void) {
     mtp__text_escape(name, sizeof(name), o.name ? o.name : "");
     fprintf(stderr,
             "mtpool %s malloc: pool \"%s\", purge_delay_ms %ld, thread_cache_bytes %zu, "
-            "check %d, show_stats %d\n",
-            mtp_version(), name, o.purge_delay_ms, o.thread_cache_bytes, o.check, show_stats);
+            "check %d, show_stats %s\n",
+            mtp_version(), name, o.purge_delay_ms, o.thread_cache_bytes, o.check,
+            show_names[show_stats]);
   }
 }
 
 __attribute__((destructor)) static void malloc_end(void) {
-  if (show_stats) mtp_print_stats(stderr);
+  if (show_stats == SHOW_JSON)
+    mtp_print_stats_json(stderr);
+  else if (show_stats == SHOW_TABLE)
+    mtp_print_stats(stderr);
 }

@@ -243,6 +243,12 @@ MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
  * process's AnonHugePages). Returns 0, EINVAL (out NULL) or EIO. */
 MTP_API int mtp_print_stats(FILE *out) MTP_NOEXCEPT;
 
+/* Write every live pool's statistics, every size class's included, and the process's totals to
+ * out as one JSON document (the schema: man mtpool(3); MTPOOL_SHOW_STATS=json prints it at exit
+ * under the drop-in malloc). Each pool is one snapshot; no lock is held while writing, so out may
+ * allocate from mtpool. Returns 0, EINVAL (out NULL) or EIO (a write or the flush failed). */
+MTP_API int mtp_print_stats_json(FILE *out) MTP_NOEXCEPT;
+
 /* Return every empty page of every live pool to the OS now (mtp_pool_trim on each pool; the
  * calling thread's kept blocks of the default pool first). Returns the bytes returned in all.
  * Thread-safe; used by the drop-in malloc's malloc_trim. */

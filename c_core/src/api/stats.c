@@ -1,9 +1,10 @@
-/* Statistics: gathered on demand by walking a pool's slab descriptors, heaps and large blocks
- * (medium blocks, runs of region pages, are counted with the large ones).
- * The fast path keeps only plain per-slab and per-heap counters; reading those from here races
- * with their owners by design (see MTP_NO_TSAN): figures are exact once threads are quiet.
- * Reports are formatted into a stack buffer and written with fputs: nothing here allocates from
- * mtpool, and nothing is written while a lock is held. Layer: api. */
+/* Statistics and their reports (tables, JSON): gathered on demand by walking a pool's slab
+ * descriptors, heaps and large blocks (medium blocks, runs of region pages, are counted with the
+ * large ones). The fast path keeps only plain per-slab and per-heap counters; reading those from
+ * here races with their owners by design (see MTP_NO_TSAN): figures are exact once threads are
+ * quiet. Reports are formatted into a stack buffer and written with fputs: nothing here allocates
+ * from mtpool, and nothing is written while a lock is held (stdio may allocate, from mtpool when
+ * it is the process's malloc). Layer: api. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -137,7 +138,8 @@ static void stats_collect(mtpi_pool_t *p, pool_stats_t *out) {
   /* relaxed: statistics */
   t->bytes_returned = mtp__u64_load_relaxed(&p->bytes_returned) + mtp__u64_load_relaxed(&p->rs.returned);
   /* the public structure's array: the first classes, as many as it holds (the ABI) */
-  t->num_classes = MTP_NUM_CLASSES < MTP_STATS_MAX_CLASSES ? MTP_NUM_CLASSES : MTP_STATS_MAX_CLASSES;
+  t->num_classes =
+      MTP_NUM_CLASSES < MTP_STATS_MAX_CLASSES ? MTP_NUM_CLASSES : MTP_STATS_MAX_CLASSES;
   memcpy(t->classes, out->classes, t->num_classes * sizeof(t->classes[0]));
 }
 
@@ -291,4 +293,155 @@ int mtp_stats_next_classes(unsigned *cursor, mtp_stats_t *out, mtp_class_stats_t
   *out = ps.t;
   classes_out(&ps, classes, count);
   return MTP_NUM_CLASSES;
+}
+
+/* ---- the JSON report (mtp_print_stats_json; the schema is in man/mtpool.3) ---- */
+
+/* The length of the UTF-8 sequence s starts with (1 to 4), or 0 if it starts none that is valid:
+ * a shortest form, no surrogate, at most U+10FFFF (RFC 3629). */
+static unsigned utf8_len(const unsigned char *s) {
+  unsigned n;
+  uint32_t cp, min;
+  if (s[0] < 0x80) return 1;
+  if ((s[0] & 0xe0) == 0xc0) {
+    n = 2, cp = s[0] & 0x1fu, min = 0x80;
+  } else if ((s[0] & 0xf0) == 0xe0) {
+    n = 3, cp = s[0] & 0x0fu, min = 0x800;
+  } else if ((s[0] & 0xf8) == 0xf0) {
+    n = 4, cp = s[0] & 0x07u, min = 0x10000;
+  } else {
+    return 0;
+  }
+  for (unsigned i = 1; i < n; i++) { /* a NUL ends the string and fails the test */
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (s[i] & 0x3fu);
+  }
+  return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : n;
+}
+
+/* A pool name as a JSON string, quotes included: the quote, the backslash and control characters
+ * escaped, valid UTF-8 kept, any other byte (a name cut inside a character, or not UTF-8) written
+ * as U+FFFD, so that the document is always valid UTF-8. Each byte takes at most 6 characters. */
+typedef char mtpi_json_name[6 * sizeof(((mtp_stats_t *)0)->name) + 3];
+static void json_string(char *buf, size_t size, const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t n = 0;
+  buf[n++] = '"';
+  while (*s && n + 8 < size) {
+    unsigned len = utf8_len(s);
+    if (len == 0) {
+      memcpy(buf + n, "\\ufffd", 6);
+      n += 6;
+      s++;
+    } else if (*s == '"' || *s == '\\') {
+      buf[n++] = '\\';
+      buf[n++] = (char)*s++;
+    } else if (*s < 0x20 || *s == 0x7f) {
+      n += (size_t)snprintf(buf + n, size - n, "\\u%04x", *s++);
+    } else {
+      memcpy(buf + n, s, len);
+      n += len;
+      s += len;
+    }
+  }
+  buf[n++] = '"';
+  buf[n] = 0;
+}
+
+/* Adds ps's figures to sum's (the process total). */
+static void totals_add(pool_stats_t *sum, const pool_stats_t *ps) {
+  mtp_stats_t *a = &sum->t;
+  const mtp_stats_t *b = &ps->t;
+  a->bytes_in_use += b->bytes_in_use;
+  a->blocks_in_use += b->blocks_in_use;
+  a->bytes_reserved += b->bytes_reserved;
+  a->bytes_free += b->bytes_free;
+  a->bytes_mapped += b->bytes_mapped;
+  a->large_blocks += b->large_blocks;
+  a->large_bytes += b->large_bytes;
+  a->allocs += b->allocs;
+  a->frees += b->frees;
+  a->remote_frees += b->remote_frees;
+  a->bytes_returned += b->bytes_returned;
+  sum->small_blocks += ps->small_blocks;
+  sum->small_bytes += ps->small_bytes;
+  sum->medium_blocks += ps->medium_blocks;
+  sum->medium_bytes += ps->medium_bytes;
+  sum->zero_blocks += ps->zero_blocks;
+  sum->regions += ps->regions;
+  sum->regions_huge += ps->regions_huge;
+}
+
+/* The figures a pool's object and the total share, each line ended by a comma. */
+static int json_figures(FILE *out, const pool_stats_t *ps, const char *in) {
+  const mtp_stats_t *t = &ps->t;
+  int rc = 0;
+  rc |= put(out,
+            "%s\"bytes_in_use\": %zu, \"blocks_in_use\": %zu, \"bytes_reserved\": %zu, "
+            "\"bytes_free\": %zu, \"bytes_mapped\": %zu,\n",
+            in, t->bytes_in_use, t->blocks_in_use, t->bytes_reserved, t->bytes_free,
+            t->bytes_mapped);
+  rc |= put(out,
+            "%s\"large_blocks\": %zu, \"large_bytes\": %zu, \"allocs\": %llu, \"frees\": %llu, "
+            "\"remote_frees\": %llu, \"bytes_returned\": %llu,\n",
+            in, t->large_blocks, t->large_bytes, (unsigned long long)t->allocs,
+            (unsigned long long)t->frees, (unsigned long long)t->remote_frees,
+            (unsigned long long)t->bytes_returned);
+  rc |= put(out,
+            "%s\"small_blocks\": %zu, \"small_bytes\": %zu, \"medium_blocks\": %zu, "
+            "\"medium_bytes\": %zu, \"zero_size_blocks\": %zu,\n",
+            in, ps->small_blocks, ps->small_bytes, ps->medium_blocks, ps->medium_bytes,
+            ps->zero_blocks);
+  return rc;
+}
+
+static int json_pool(FILE *out, const pool_stats_t *ps, bool first) {
+  int rc = 0;
+  mtpi_json_name name;
+  json_string(name, sizeof(name), ps->t.name);
+  rc |= put(out, "%s    {\"id\": %u, \"name\": %s,\n", first ? "" : ",\n", (unsigned)ps->id, name);
+  rc |= json_figures(out, ps, "     ");
+  rc |= put(out, "     \"huge_pages\": {\"regions\": %zu, \"regions_advised\": %zu},\n",
+            ps->regions, ps->regions_huge);
+  rc |= put(out, "     \"classes\": [\n");
+  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
+    const mtp_class_stats_t *cs = &ps->classes[c];
+    rc |= put(out,
+              "      {\"block_size\": %zu, \"blocks_in_use\": %zu, \"bytes_in_use\": %zu, "
+              "\"slabs\": %zu, \"slab_bytes\": %zu}%s\n",
+              cs->block_size, cs->blocks_in_use, cs->blocks_in_use * cs->block_size, cs->slabs,
+              cs->slab_bytes, c + 1 < MTP_NUM_CLASSES ? "," : "");
+  }
+  rc |= put(out, "     ]}");
+  return rc;
+}
+
+int mtp_print_stats_json(FILE *out) {
+  if (out == NULL) return EINVAL;
+  mtp__default();
+  int rc = 0;
+  rc |= put(out, "{\"version\": \"%s\", \"num_classes\": %u,\n  \"pools\": [\n", mtp_version(),
+            (unsigned)MTP_NUM_CLASSES);
+  pool_stats_t sum;
+  memset(&sum, 0, sizeof(sum));
+  unsigned pools = 0;
+  /* as mtp_print_stats: each pool gathered under the registry lock, written with no lock held */
+  for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
+    pool_stats_t ps;
+    if (!stats_collect_id(id, &ps)) continue;
+    rc |= json_pool(out, &ps, pools == 0);
+    totals_add(&sum, &ps);
+    pools++;
+  }
+  rc |= put(out, "\n  ],\n  \"total\": {\"pools\": %u,\n", pools);
+  rc |= json_figures(out, &sum, "   ");
+  long kb = mtp__os_anon_huge_kb();
+  char anon[24] = "null"; /* not known: no /proc/self/smaps_rollup */
+  if (kb >= 0) snprintf(anon, sizeof(anon), "%ld", kb);
+  rc |= put(out,
+            "   \"huge_pages\": {\"regions\": %zu, \"regions_advised\": %zu, "
+            "\"anon_huge_kb\": %s}}\n}\n",
+            sum.regions, sum.regions_huge, anon);
+  if (fflush(out) != 0) rc |= EIO;
+  return rc ? EIO : 0;
 }
