@@ -231,7 +231,8 @@ static void test_class_stats(void) {
   /* c + 1 blocks of class c, and one large block */
   size_t nb = 0;
   for (int c = 0; c < n; c++)
-    for (int i = 0; i <= c; i++) CHECK((blocks[nb++] = mtp_pool_alloc(pool, cs[c].block_size)) != NULL);
+    for (int i = 0; i <= c; i++)
+      CHECK((blocks[nb++] = mtp_pool_alloc(pool, cs[c].block_size)) != NULL);
   void *big = mtp_pool_alloc(pool, 1 << 20);
   CHECK(big != NULL);
   memset(&cs[n], 0xab, 2 * sizeof(*cs));

@@ -13,7 +13,8 @@ static void test_steps(void) {
   CHECK_EQ_SZ(mtp__class_size[MTP_NUM_CLASSES - 1], MTP_MAX_SMALL);
   CHECK(MTP_NUM_CLASSES <= 256); /* a class index fits the lookup tables' bytes */
   /* every size up to 128 B takes its size rounded up to 8, no more */
-  for (size_t n = 1; n <= 128; n++) CHECK_EQ_SZ(mtp__class_size[mtp__class_of(n)], (n + 7) & ~(size_t)7);
+  for (size_t n = 1; n <= 128; n++)
+    CHECK_EQ_SZ(mtp__class_size[mtp__class_of(n)], (n + 7) & ~(size_t)7);
   /* the classes up to 1 KiB */
   static const uint32_t small[] = {8,   16,  24,  32,  40,  48,  56,  64,  72,  80,  88,
                                    96,  104, 112, 120, 128, 144, 160, 176, 192, 208,
