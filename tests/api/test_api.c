@@ -21,7 +21,7 @@ static void record(int err, const char *msg, void *p, void *arg) {
 }
 
 static void test_basic(void) {
-  CHECK(strcmp(mtp_version(), "0.2.0") == 0);
+  CHECK(strcmp(mtp_version(), "0.3.0") == 0);
   void *z1 = mtp_alloc(0), *z2 = mtp_alloc(0);
   CHECK(z1 && z2 && z1 != z2);
   mtp_free(z1);

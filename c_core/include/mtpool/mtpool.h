@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #define MTPOOL_VERSION_MAJOR 0
-#define MTPOOL_VERSION_MINOR 2
+#define MTPOOL_VERSION_MINOR 3
 #define MTPOOL_VERSION_PATCH 0
 /* One integer for compile-time comparisons: major*10000 + minor*100 + patch. */
 #define MTPOOL_VERSION \
