@@ -243,10 +243,9 @@ MTP_API int mtp_pool_print_stats(mtp_pool_t *pool, FILE *out) MTP_NOEXCEPT;
  * process's AnonHugePages). Returns 0, EINVAL (out NULL) or EIO. */
 MTP_API int mtp_print_stats(FILE *out) MTP_NOEXCEPT;
 
-/* Write every live pool's statistics, every size class's included, and the process's totals to
- * out as one JSON document (the schema: man mtpool(3); MTPOOL_SHOW_STATS=json prints it at exit
- * under the drop-in malloc). Each pool is one snapshot; no lock is held while writing, so out may
- * allocate from mtpool. Returns 0, EINVAL (out NULL) or EIO (a write or the flush failed). */
+/* Write every live pool's statistics (each size class's too) and the process's totals to out as
+ * one JSON document (schema: man 3 mtpool). Holds no lock while writing: out may allocate from
+ * mtpool. Returns 0, EINVAL (out NULL) or EIO (a write or the final fflush failed). */
 MTP_API int mtp_print_stats_json(FILE *out) MTP_NOEXCEPT;
 
 /* Return every empty page of every live pool to the OS now (mtp_pool_trim on each pool; the
@@ -259,17 +258,16 @@ MTP_API size_t mtp_trim_all(void) MTP_NOEXCEPT;
  * EINVAL if an argument is NULL. Pools created or destroyed meanwhile may be seen or missed. */
 MTP_API int mtp_stats_next(unsigned *cursor, mtp_stats_t *out) MTP_NOEXCEPT;
 
-/* Every size class's statistics for pool (NULL: the default pool), smallest class first, in one
- * snapshot (as mtp_pool_stats's): fills out[i] for each i below count and below the number of
- * classes, and returns that number (the same for the library's life: out NULL and count 0 ask
- * for it alone). -1 with errno EINVAL if out is NULL and count is not 0. */
+/* Fill out[i] with the statistics of size class i (smallest first) in pool (NULL: the default
+ * pool) for every class below count, in one snapshot. Returns the number of classes (fixed for
+ * the library's life; out NULL and count 0: that alone), or -1 with errno EINVAL if out is NULL
+ * and count is not 0. */
 MTP_API int mtp_pool_class_stats(mtp_pool_t *pool, mtp_class_stats_t *out, unsigned count)
     MTP_NOEXCEPT;
 
-/* mtp_stats_next with every size class: fills *out and classes[i] (for each i below count and
- * below the number of classes) for the next live pool, in one snapshot, and moves *cursor past
- * it. Returns the number of classes, 0 when no pool is left, or -1 with errno EINVAL if cursor or
- * out is NULL, or classes is NULL and count is not 0. */
+/* mtp_stats_next, and classes[i] for every size class i below count, of the same pool in one
+ * snapshot. Returns the number of classes, 0 when no pool is left, or -1 with errno EINVAL if
+ * cursor or out is NULL, or classes is NULL and count is not 0. */
 MTP_API int mtp_stats_next_classes(unsigned *cursor, mtp_stats_t *out, mtp_class_stats_t *classes,
                                    unsigned count) MTP_NOEXCEPT;
 
