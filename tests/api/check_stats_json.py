@@ -72,7 +72,7 @@ def check_pool(p, num_classes):
            f"{where}: bytes_free")
     expect(p["frees"] == p["allocs"] - p["blocks_in_use"], f"{where}: frees")
     hp = p["huge_pages"]
-    expect(0 <= hp["regions_advised"] <= hp["regions"], f"{where}: huge_pages {hp}")
+    expect(0 <= hp["huge_bytes"] <= hp["regions"] * (4 << 20), f"{where}: huge_pages {hp}")
     return {c["block_size"]: c["blocks_in_use"] for c in classes}
 
 
@@ -93,7 +93,7 @@ def check_document(data, stream, checked):
     for f in FIGURES:
         s = sum(p[f] for p in doc["pools"])
         expect(total[f] == s, f"{stream}: total {f} {total[f]}, pools' sum {s}")
-    for f in ["regions", "regions_advised"]:
+    for f in ["regions", "huge_bytes"]:
         s = sum(p["huge_pages"][f] for p in doc["pools"])
         expect(total["huge_pages"][f] == s, f"{stream}: total huge_pages {f}")
     kb = total["huge_pages"]["anon_huge_kb"]

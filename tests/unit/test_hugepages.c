@@ -1,9 +1,11 @@
-/* Unit test of the huge-page setting (MTPOOL_HUGEPAGES): its parsing, the advice a region gets
- * (VmFlags "hg" / "nh" in /proc/self/smaps), the purge of a huge range (whole once all its pages
- * are free, its free pages kept while one is in use, split by a forced purge), and that a pool
- * still gives its memory back (RSS) through the purge thread. The setting is read once per
- * process, so each setting runs in a child process of its own (this program, run again).
- * Skips (77) where the kernel has no transparent huge pages. */
+/* Unit test of the huge-page setting (MTPOOL_HUGEPAGES) and its rule (base.h): its parsing, the
+ * advice fresh memory gets (VmFlags "hg" / "nh" in /proc/self/smaps), a range found dense made one
+ * huge page (AnonHugePages) and one found sparse left on small pages, the purge of a huge range
+ * (whole once all its pages are free, kept whole while less than an eighth is free, split past
+ * that), large blocks looked at and collapsed, and that a pool still gives its memory back (RSS)
+ * through the purge thread. The setting is read once per process, so each setting runs in a child
+ * process of its own (this program, run again). Skips (77) where the kernel has no transparent
+ * huge pages. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,62 +67,96 @@ static int has_flag(const char *flags, const char *flag) {
   return strstr(pad, want) != NULL;
 }
 
-/* In the child: the region of a fresh set carries the advice its setting asks for. */
+/* In the child: the region of a fresh set carries the advice fresh memory gets in its setting:
+ * huge with 1, never with 0, none with system; in auto none (MADV_NOHUGEPAGE where the system's
+ * THP setting is "always"), and huge once the set's ranges were found dense (huge_grow). */
 static void test_advice(void) {
   const char *env = getenv("MTPOOL_HUGEPAGES");
   int mode = mtp__hugepages_mode();
+  for (int grow = 0; grow < 2; grow++) {
+    mtpi_rset_t rs = {0};
+    rs.huge_grow = grow;
+    mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
+    REQUIRE(s != NULL, "a span");
+    s->kind = MTP_PAGE_SLAB;
+    mtpi_region_t *r = mtp__region_of_desc(s);
+    char flags[512] = "";
+    long ahp;
+    /* the region's pages: one mapping aligned to the region's size, where huge pages fit */
+    REQUIRE(smaps_of(mtp__region_base(r) + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0,
+            "smaps entry");
+    printf("  MTPOOL_HUGEPAGES=%s, %s: region %p VmFlags:%s", env ? env : "(unset)",
+           grow ? "the set's ranges found dense" : "a fresh set", (void *)r, flags);
+    bool huge = mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && grow);
+    bool never = mode == MTP_HUGE_NEVER || (mode == MTP_HUGE_AUTO && !grow && mtp__os_thp_always());
+    CHECK(has_flag(flags, "hg") == huge && has_flag(flags, "nh") == never);
+    CHECK(r->h.huge_mask[0] == (huge ? ~0ull : 0));
+    mtp__region_free_run(&rs, s, 0);
+    mtp__region_purge(&rs, 0, -1, true, false, NULL);
+    CHECK(rs.regions == NULL);
+  }
+}
+
+/* Write a span's memory as a slab would (a fresh span is poisoned for ASan until formatted). */
+static void touch_pages(mtpi_desc_t *s, int byte, size_t bytes) {
+  char *p = mtp__page_start(s);
+  mtp__track_alloc(p, MTP_PAGE_SIZE);
+  memset(p, byte, bytes);
+}
+
+/* In the child (auto and 1): a huge range whose pages are all in runs and written is made one huge
+ * page by a purge that collapses, and the set's fresh memory is advised huge from then on; one
+ * whose pages are in runs but written a page each is left on small pages; a collapsed range with
+ * an eighth of its pages freed and due is split. */
+static void test_collapse(void) {
   mtpi_rset_t rs = {0};
-  mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
-  REQUIRE(s != NULL, "a span");
-  s->kind = MTP_PAGE_SLAB;
-  mtpi_region_t *r = mtp__region_of_desc(s);
-  char flags[512] = "";
-  long ahp;
-  /* the region's pages: one mapping aligned to the region's size, where huge pages fit */
-  REQUIRE(smaps_of(mtp__region_base(r) + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0, "smaps entry");
-  printf("  MTPOOL_HUGEPAGES=%s: region %p VmFlags:%s", env ? env : "(unset)", (void *)r, flags);
-  if (mode == MTP_HUGE_ALWAYS) {
-    CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
-    CHECK(r->h.huge_pages == mtp__os_huge_page_size() / MTP_PAGE_SIZE);
-  } else if (mode == MTP_HUGE_NEVER || mode == MTP_HUGE_AUTO) {
-    /* auto: the first regions of a set are below the threshold */
-    CHECK(has_flag(flags, "nh") && !has_flag(flags, "hg"));
-    CHECK(r->h.huge_pages == 0);
+  mtpi_desc_t *got[MTP_PAGES_PER_REGION] = {0};
+  for (unsigned i = 0; i < MTP_REGION_USABLE_PAGES; i++) {
+    mtpi_desc_t *s = mtp__region_alloc_slab(&rs, 1, NULL, false, false, NULL);
+    REQUIRE(s != NULL, "a span");
+    s->kind = MTP_PAGE_SLAB;
+    got[s - mtp__region_of_desc(s)->pages] = s;
+  }
+  mtpi_region_t *r = mtp__region_of_desc(got[0]);
+  unsigned half = MTP_PAGES_PER_REGION / 2;
+  uint64_t lower = ((uint64_t)1 << half) - 1, upper = ~lower;
+  bool always = mtp__hugepages_mode() == MTP_HUGE_ALWAYS;
+  if (always) { /* made small again first, as a split leaves it: the collapse is what is tested */
+    REQUIRE(mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, false) == 0, "advice");
+    r->h.huge_mask[0] = 0;
+    r->h.dense_backoff_ms = 100; /* what a run taken in a range small already says */
+    r->h.dense_check_ms = 0;
   } else {
-    CHECK(!has_flag(flags, "nh") && !has_flag(flags, "hg"));
-    CHECK(r->h.huge_pages == 0);
+    CHECK(rs.dense_news); /* its runs filled both halves */
+    CHECK(r->h.dense_backoff_ms != 0 && r->h.dense_check_ms == 0);
   }
-  mtp__region_free_run(&rs, s, 0);
-  mtp__region_purge(&rs, 0, -1, true, NULL);
+  for (unsigned i = 0; i < MTP_PAGES_PER_REGION; i++)
+    touch_pages(got[i], 2, i < half ? MTP_PAGE_SIZE : 1); /* the lower half dense, the upper not */
+  mtp__region_purge(&rs, 1000, 500, false, true, NULL);
+  long ahp;
+  char flags[512] = "";
+  REQUIRE(smaps_of(mtp__region_base(r), flags, sizeof flags, &ahp) == 0, "smaps");
+  printf("  lower half written, upper half a byte a page: AnonHugePages %ld kB, huge_mask %#llx\n", ahp,
+         (unsigned long long)r->h.huge_mask[0]);
+  CHECK(r->h.huge_mask[0] == lower && rs.huge_grow);
+  EXPECT(ahp >= 2048, "AnonHugePages %ld kB (the kernel may have no huge page to give)", ahp);
+  CHECK(((const char *)mtp__page_start(got[3]))[100] == 2); /* the collapse kept the bytes */
+  /* looked at again later only, on a backoff */
+  CHECK(r->h.dense_check_ms > 1000 && r->h.dense_backoff_ms > 100);
+  /* 3 of its 32 pages freed (under an eighth): kept whole; a 4th: split */
+  for (unsigned i = 0; i < 3; i++) mtp__region_free_run(&rs, got[i], 2000);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 500, false, true, NULL), 0);
+  CHECK(r->h.huge_mask[0] == lower);
+  mtp__region_free_run(&rs, got[3], 2000);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 500, false, true, NULL), (size_t)4 << MTP_PAGE_SHIFT);
+  CHECK(r->h.huge_mask[0] == 0 && !rs.huge_grow);
+  REQUIRE(smaps_of(mtp__region_base(r), flags, sizeof flags, &ahp) == 0, "smaps");
+  printf("  split: VmFlags:%s", flags);
+  CHECK(has_flag(flags, "nh"));
+  (void)upper;
+  for (unsigned i = 4; i < MTP_PAGES_PER_REGION; i++) mtp__region_free_run(&rs, got[i], 4000);
+  mtp__region_purge(&rs, 5000, 0, true, false, NULL);
   CHECK(rs.regions == NULL);
-  if (mode == MTP_HUGE_AUTO) { /* past the threshold, new regions are advised if used whole */
-    for (int touch = 1; touch >= 0; touch--) {
-      mtpi_rset_t set;
-      memset(&set, 0, sizeof set);
-      mtpi_desc_t *t = NULL, *first = NULL;
-      while (set.mapped_bytes - set.clean_bytes <= MTP_HUGE_AUTO_BYTES) { /* pages in use */
-        t = mtp__region_alloc_slab(&set, 4, NULL, false, false, NULL);
-        REQUIRE(t != NULL, "a span");
-        t->kind = MTP_PAGE_SLAB;
-        if (touch) { /* resident whole (handed out first, as a slab would: for the sanitizers) */
-          mtp__track_handout(mtp__page_start(t), 4 * MTP_PAGE_SIZE);
-          memset(mtp__page_start(t), 1, 4 * MTP_PAGE_SIZE);
-        }
-        if (first == NULL) first = t;
-      }
-      /* t's region was mapped when the set used MTP_HUGE_AUTO_BYTES already */
-      mtpi_region_t *small = mtp__region_of_desc(first), *big = mtp__region_of_desc(t);
-      CHECK(small->h.huge_pages == 0);
-      REQUIRE(smaps_of(mtp__region_base(big) + MTP_REGION_SIZE / 2, flags, sizeof flags, &ahp) == 0, "smaps");
-      printf("  auto, region at %zu MiB mapped, pages in use %s: VmFlags:%s", set.mapped_bytes >> 20,
-             touch ? "written" : "never touched", flags);
-      if (touch)
-        CHECK(has_flag(flags, "hg") && big->h.huge_pages != 0);
-      else /* a 2 MiB huge page for pages no one writes: not advised */
-        CHECK(has_flag(flags, "nh") && big->h.huge_pages == 0);
-      mtp__region_unmap_all(&set);
-    }
-  }
 }
 
 /* Share of purged bytes that RSS must drop by: a sanitizer's own bookkeeping (allocator, shadow)
@@ -138,8 +174,8 @@ static void touch(mtpi_desc_t *s, int byte) {
 }
 
 /* In the child with MTPOOL_HUGEPAGES=1: a huge range goes back in one step once all its free pages
- * are due: whole, or split (MADV_NOHUGEPAGE, free pages purged) while a page of it is in use, and
- * advised huge again once it is all free. */
+ * are due: whole, or split (MADV_NOHUGEPAGE, free pages purged) while a page of it is in use and an
+ * eighth or more is free, and advised huge again once it is all free (fresh memory is huge). */
 static void test_huge_purge(void) {
   mtpi_rset_t rs = {0};
   mtpi_desc_t *got[MTP_PAGES_PER_REGION] = {0};
@@ -150,7 +186,8 @@ static void test_huge_purge(void) {
     got[s - mtp__region_of_desc(s)->pages] = s;
   }
   mtpi_region_t *r = mtp__region_of_desc(got[MTP_REGION_FIRST_PAGE]);
-  unsigned hp = r->h.huge_pages, first = MTP_PAGES_PER_REGION / 2;
+  unsigned hp = (unsigned)(mtp__os_huge_page_size() / MTP_PAGE_SIZE), first = MTP_PAGES_PER_REGION / 2;
+  CHECK(r->h.huge_mask[0] == ~0ull);
   REQUIRE(hp == 32, "2 MiB huge pages of 32 mtpool pages (got %u)", hp);
   for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) touch(got[i], 1);
   char *upper_at = mtp__region_base(r) + first * MTP_PAGE_SIZE;
@@ -165,20 +202,20 @@ static void test_huge_purge(void) {
   for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++)
     if (i != keep && i != low_keep) mtp__region_free_run(&rs, got[i], i == late ? 900 : 100);
   size_t rss0 = th_rss();
-  size_t back = mtp__region_purge(&rs, 1000, 500, false, NULL);
+  size_t back = mtp__region_purge(&rs, 1000, 500, false, false, NULL);
   /* the lower huge range, all its free pages due and one in use: split and purged; the upper one
    * waits for its last free page */
   CHECK((r->h.dirty_mask[0] & lower) == 0);
   CHECK(r->h.dirty_mask[0] == (upper & ~((uint64_t)1 << keep)));
   CHECK_EQ_SZ(back, (size_t)(first - MTP_REGION_FIRST_PAGE - 1) << MTP_PAGE_SHIFT);
   CHECK(mtp__region_dirty_left(&rs));
-  CHECK(r->h.huge_split[0] == lower);
+  CHECK(r->h.huge_mask[0] == upper);
   /* all due: split (advised no-huge), every free page of it purged, the used one kept */
-  back = mtp__region_purge(&rs, 1400, 500, false, NULL);
+  back = mtp__region_purge(&rs, 1400, 500, false, false, NULL);
   size_t rss1 = th_rss();
   CHECK_EQ_SZ(back, (size_t)(hp - 1) << MTP_PAGE_SHIFT);
   CHECK(r->h.dirty_mask[0] == 0 && !mtp__region_dirty_left(&rs));
-  CHECK(r->h.huge_split[0] == (upper | lower));
+  CHECK(r->h.huge_mask[0] == 0);
   REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
   printf("  split: VmFlags:%s", flags);
   CHECK(has_flag(flags, "nh") && !has_flag(flags, "hg"));
@@ -191,18 +228,18 @@ static void test_huge_purge(void) {
   again->kind = MTP_PAGE_SLAB;
   touch(again, 4);
   mtp__region_free_run(&rs, again, 3000);
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false, NULL), MTP_PAGE_SIZE);
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 3000, 0, false, false, NULL), MTP_PAGE_SIZE);
   /* the last used page of the range is freed: purged whole after the delay, advised huge again */
   mtp__region_free_run(&rs, got[keep], 4000);
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false, NULL), 0); /* not due yet */
-  CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false, NULL), MTP_PAGE_SIZE);
-  CHECK(r->h.huge_split[0] == lower); /* the upper range whole again; the lower one still split */
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4200, 500, false, false, NULL), 0); /* not due yet */
+  CHECK_EQ_SZ(mtp__region_purge(&rs, 4600, 500, false, false, NULL), MTP_PAGE_SIZE);
+  CHECK(r->h.huge_mask[0] == upper); /* the upper range huge again; the lower one still split */
   REQUIRE(smaps_of(upper_at, flags, sizeof flags, &ahp) == 0, "smaps");
   printf("  all free: VmFlags:%s", flags);
   CHECK(has_flag(flags, "hg") && !has_flag(flags, "nh"));
   /* a forced purge (trim) does not wait for the delay */
   mtp__region_free_run(&rs, got[low_keep], 5000);
-  CHECK(mtp__region_purge(&rs, 5000, 500, true, NULL) >= MTP_PAGE_SIZE);
+  CHECK(mtp__region_purge(&rs, 5000, 500, true, false, NULL) >= MTP_PAGE_SIZE);
   CHECK(rs.regions == NULL); /* all free and clean: unmapped */
   CHECK(!mtp__is_region_ptr((uintptr_t)upper_at));
 }
@@ -210,7 +247,7 @@ static void test_huge_purge(void) {
 /* Large blocks of `pool` in the child: N of SIZE bytes freed after `touch` bytes of each were
  * written, then 2N more (the first N reuse the freed ones' ranges, the last N are carved anew):
  * the VmFlags of the first and the last block's mappings. */
-enum { LR_N = 16, LR_SIZE = 1 << 20 }; /* 16 MiB: twice auto's threshold */
+enum { LR_N = 16, LR_SIZE = 1 << 20 }; /* 16 MiB */
 static void large_round(mtp_pool_t *pool, size_t touch, char *first, char *last, size_t len) {
   static char *blk[3 * LR_N];
   for (unsigned i = 0; i < 3 * LR_N; i++) {
@@ -279,76 +316,65 @@ static void test_own_whole_pages(void) {
   mtp_pool_destroy(p);
 }
 
-/* Waits (at most 10 s) until pool p has no block left to judge; returns how many it still has. */
-static size_t wait_judged(mtp_pool_t *p) {
-  size_t judging = 1;
+/* Whether pool p's large blocks were found dense, once they are (waiting at most wait_s for the
+ * purge passes' looks). */
+static bool large_dense(mtp_pool_t *p, double wait_s) {
   double t0 = th_now();
-  while (judging != 0 && th_now() - t0 < 10) {
+  while (__atomic_load_n(&p->large_huge_grow, __ATOMIC_RELAXED) == 0 && th_now() - t0 < wait_s)
     usleep(20000);
-    pthread_mutex_lock(&mtp__large_lock);
-    judging = p->large_judging;
-    pthread_mutex_unlock(&mtp__large_lock);
-  }
-  return judging;
+  return __atomic_load_n(&p->large_huge_grow, __ATOMIC_RELAXED) != 0;
 }
 
-/* In auto, blocks mapped on their own that were judged filled densely (two of 16 MiB: the
- * verdict's 32 MiB) make the next one advised huge as it is mapped, before any write; judged
- * written in a page only, they do not (it is judged by its own use again). */
-static void own_verdict(bool dense) {
-  enum { SIZE = 16 << 20 };
-  mtp_pool_t *p = th_pool(dense ? "huge-own-dense" : "huge-own-sparse", 60000, 0);
-  char *b[2];
-  size_t written = dense ? SIZE : 4096;
-  for (int i = 0; i < 2; i++) {
-    b[i] = mtp_pool_alloc(p, SIZE);
-    REQUIRE(b[i] != NULL, "a 16 MiB block");
-    for (size_t at = 0; at < written; at += 65536) memset(b[i] + at, 3, written - at < 65536 ? written - at : 65536);
-  }
-  CHECK_EQ_SZ(wait_judged(p), 0);
-  printf("  two 16 MiB blocks mapped on their own, %zu bytes of each written, then:\n", written);
-  own_block(p, (size_t)24 << 20, dense ? "hg" : NULL);
-  CHECK(b[0][written - 1] == 3 && b[1][written - 1] == 3);
-  mtp_free(b[0]);
-  mtp_free(b[1]);
-  mtp_pool_destroy(p);
+/* The AnonHugePages (kB) of the mapping that holds p, once it reaches want (waiting at most
+ * wait_s for the purge passes' looks), or what it is then. */
+static long huge_kb_of(const void *p, long want, double wait_s) {
+  char flags[512];
+  long ahp = -1;
+  double t0 = th_now();
+  do {
+    if (smaps_of(p, flags, sizeof flags, &ahp) != 0) return -1;
+    if (ahp >= want) break;
+    usleep(20000);
+  } while (th_now() - t0 < wait_s);
+  return ahp;
 }
 
-/* In auto, a block mapped on its own with no verdict of the reserve to go by is judged by its use
- * on the purge passes after it, through a realloc that moves or grows its mapping: written whole,
- * it is advised huge; written in its first page only, it never is. Each waits (at most 10 s) until
- * the pool has no block left to judge. */
-static void judged_block(size_t written, bool huge) {
-  enum { SIZE = 16 << 20 };
-  mtp_pool_t *p = th_pool("huge-judged", 60000, 0);
+/* In auto and 1: a block mapped on its own is looked at on the purge passes after it. Written
+ * whole, its huge ranges are made huge pages (AnonHugePages) and the pool's large blocks count as
+ * dense: in auto the next block mapped on its own is advised huge before any write, and so is a
+ * block realloc grows by a system call; written a byte a huge range, none is and they are not. */
+static void looked_block(bool dense) {
+  enum { SIZE = 16 << 20, H = 2 << 20 };
+  int mode = mtp__hugepages_mode();
+  mtp_pool_t *p = th_pool(dense ? "huge-looked-dense" : "huge-looked-sparse", 60000, 0);
   char *b = mtp_pool_alloc(p, SIZE);
   REQUIRE(b != NULL, "a 16 MiB block");
-  /* front to back in steps, so that its first 2 MiB are written soon even where a sanitizer's
-   * memset is slow (the judgement lasts a second) */
-  for (size_t at = 0; at < written; at += 65536) memset(b + at, 9, written - at < 65536 ? written - at : 65536);
-  CHECK(((uintptr_t)b & (mtp__os_huge_page_size() - 1)) == 0); /* mremap may not keep it so */
-  /* grown by mremap (the pool caches nothing to grow into) while it may still wait for a pass:
-   * judged on at its new address, or (written whole) advised huge by the growth itself */
-  b = mtp_realloc(b, SIZE + SIZE / 2);
-  REQUIRE(b != NULL, "the block grown to 24 MiB");
-  CHECK(b[written - 1] == 9);
-  double t0 = th_now();
-  size_t judging = wait_judged(p);
-  char flags[512] = "";
-  long ahp;
-  REQUIRE(smaps_of(b, flags, sizeof flags, &ahp) == 0, "the block's smaps entry");
-  printf("  16 MiB block, %zu bytes written: judged after %.2f s, VmFlags:%s", written, th_now() - t0, flags);
-  CHECK_EQ_SZ(judging, 0);
-  CHECK(huge ? has_flag(flags, "hg") : !has_flag(flags, "hg"));
+  CHECK(((uintptr_t)b & (H - 1)) == 0); /* aligned, so that its huge ranges are whole */
+  if (dense)
+    for (size_t at = 0; at < SIZE; at += 65536) memset(b + at, 9, 65536);
+  else
+    for (size_t at = 0; at < SIZE; at += H) b[at] = 9;
+  bool grow = large_dense(p, dense ? 10 : 1);
+  long kb = huge_kb_of(b, dense ? H >> 10 : 1, dense ? 10 : 0);
+  printf("  16 MiB block, %s: AnonHugePages %ld kB, the pool's large blocks dense: %d\n",
+         dense ? "written whole" : "a byte a huge range", kb, grow);
+  if (dense) {
+    EXPECT(kb >= (H >> 10), "AnonHugePages %ld kB (the kernel may have no huge page to give)", kb);
+    CHECK(grow);
+  } else {
+    CHECK(kb == 0 && !grow);
+  }
+  CHECK(b[SIZE - H] == 9);
+  own_block(p, (size_t)24 << 20, mode == MTP_HUGE_ALWAYS || dense ? "hg" : mtp__os_thp_always() ? "nh" : NULL);
+  mtp_free(b);
   mtp_pool_destroy(p);
 }
 
 /* A block that realloc grows past a huge page, its new part written each time (whole, or its
- * first byte only): where huge pages are due its range moves to an address aligned to the huge
- * page size and is advised huge, so that its new tail faults in huge pages; else not. */
-static void grown_block(bool whole, bool huge) {
+ * first byte only): where fresh large memory is huge (huge) its range moves to an address aligned
+ * to the huge page size and is advised huge, so that its new tail faults in huge pages; else not. */
+static void grown_block(mtp_pool_t *p, bool whole, bool huge) {
   enum { STEP = 64 << 10, TOP = 6 << 20 };
-  mtp_pool_t *p = th_pool("huge-grown", 60000, 0);
   char *b = mtp_pool_alloc(p, STEP);
   REQUIRE(b != NULL, "a block to grow");
   memset(b, 5, STEP);
@@ -369,48 +395,46 @@ static void grown_block(bool whole, bool huge) {
   CHECK(huge ? has_flag(flags, "hg") : !has_flag(flags, "hg"));
   if (huge) CHECK(((uintptr_t)b & (mtp__os_huge_page_size() - 1)) == 0);
   mtp_free(b);
-  mtp_pool_destroy(p);
 }
 
-/* In the child: large blocks are carved from a reserve that takes the setting's advice: huge from
- * the start (1); in auto, once the pool's large blocks take MTP_HUGE_AUTO_LARGE_BYTES and those
- * freed were resident whole, not for blocks written in a corner only; never (0), or none
- * (system). A block mapped on its own follows (own_block). */
+/* In the child: fresh large memory (the reserve blocks are carved from, a range mapped for one
+ * block, a block realloc grows) takes the advice the setting gives: huge with 1, never with 0,
+ * none with system; in auto none (or never, where the system's THP is "always") until the pool's
+ * large blocks were found dense (looked_block). */
 static void test_large_reserve(void) {
   int mode = mtp__hugepages_mode();
+  const char *fresh = mode == MTP_HUGE_ALWAYS ? "hg"
+                      : mode == MTP_HUGE_NEVER || (mode == MTP_HUGE_AUTO && mtp__os_thp_always()) ? "nh"
+                                                                                                : NULL;
   char first[512] = "", last[512] = "";
   mtp_pool_t *p = th_pool("huge-own", 60000, 0);
-  own_block(p, 6 << 20, mode == MTP_HUGE_ALWAYS ? "hg" : mode == MTP_HUGE_NEVER ? "nh" : NULL);
+  own_block(p, 6 << 20, fresh);
   mtp_pool_destroy(p);
   p = th_pool("huge-large", 60000, 0);
-  large_round(p, LR_SIZE, first, last, sizeof first);
-  /* in auto, once the reserve has gone huge, so does a block mapped on its own */
-  own_block(p, (size_t)100 << 20, /* more than the 48 MiB cached */
-            mode == MTP_HUGE_ALWAYS || mode == MTP_HUGE_AUTO ? "hg" : mode == MTP_HUGE_NEVER ? "nh" : NULL);
-  if (mode == MTP_HUGE_ALWAYS) {
-    CHECK(has_flag(first, "hg") && has_flag(last, "hg"));
-  } else if (mode == MTP_HUGE_AUTO) { /* the reused ranges were carved before, the last after */
-    CHECK(has_flag(first, "nh") && !has_flag(first, "hg"));
-    CHECK(has_flag(last, "hg") && !has_flag(last, "nh"));
-  } else if (mode == MTP_HUGE_NEVER) {
-    CHECK(has_flag(first, "nh") && has_flag(last, "nh") && !has_flag(last, "hg"));
-  } else {
+  large_round(p, 4096, first, last, sizeof first); /* written a page each: never found dense */
+  if (fresh == NULL)
     CHECK(!has_flag(first, "nh") && !has_flag(first, "hg") && !has_flag(last, "hg"));
-  }
+  else
+    CHECK(has_flag(first, fresh) && has_flag(last, fresh));
+  grown_block(p, true, mode == MTP_HUGE_ALWAYS);
   mtp_pool_destroy(p);
-  grown_block(true, mode == MTP_HUGE_ALWAYS || mode == MTP_HUGE_AUTO);
+  if (mode != MTP_HUGE_AUTO && mode != MTP_HUGE_ALWAYS) return;
+  if (mode == MTP_HUGE_AUTO) looked_block(false); /* with 1 huge at the first fault: not sparse */
+  looked_block(true);
   if (mode != MTP_HUGE_AUTO) return;
-  grown_block(false, false);
-  /* a page written of each 1 MiB block: a huge page would fault in 2 MiB for 4 KiB */
-  p = th_pool("huge-large-sparse", 60000, 0);
-  large_round(p, 4096, first, last, sizeof first);
-  CHECK(has_flag(last, "nh") && !has_flag(last, "hg"));
-  own_block(p, (size_t)100 << 20, NULL); /* no verdict of the reserve yet: judged later */
+  p = th_pool("huge-grown", 60000, 0); /* grown whole: not huge in a fresh pool */
+  grown_block(p, true, false);
   mtp_pool_destroy(p);
-  judged_block(16 << 20, true);
-  judged_block(4096, false);
-  own_verdict(true);
-  own_verdict(false);
+  p = th_pool("huge-grown-dense", 60000, 0); /* huge once its large blocks were found dense */
+  char *b = mtp_pool_alloc(p, (size_t)16 << 20);
+  REQUIRE(b != NULL, "a 16 MiB block");
+  memset(b, 1, (size_t)16 << 20);
+  CHECK(b[(16 << 20) - 1] == 1); /* read: the writes are not dead stores */
+  CHECK(large_dense(p, 10));
+  printf("  a 16 MiB block written whole: AnonHugePages %ld kB\n", huge_kb_of(b, 0, 0));
+  grown_block(p, true, true);
+  mtp_free(b);
+  mtp_pool_destroy(p);
 }
 
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */
@@ -454,6 +478,7 @@ int main(int argc, char **argv) {
   if (argc > 1) { /* a child: MTPOOL_HUGEPAGES is set (or not) by the parent */
     RUN(test_advice);
     if (strcmp(argv[1], "huge") == 0) RUN(test_huge_purge);
+    if (mtp__huge_collapses()) RUN(test_collapse);
     RUN(test_large_reserve);
     RUN(test_own_whole_pages);
     RUN(test_pool_gives_back);

@@ -34,7 +34,7 @@ static void test_spans_and_page_map(void) {
   mtp__region_validate(&rs);
   CHECK(mtp__region_dirty_left(&rs));
   /* all free and due: purged, then the region (all free and clean) is unmapped */
-  size_t back = mtp__region_purge(&rs, 1000, 0, false, NULL);
+  size_t back = mtp__region_purge(&rs, 1000, 0, false, false, NULL);
   CHECK(back >= (size_t)7 << MTP_PAGE_SHIFT);
   CHECK(rs.regions == NULL);
   CHECK(!mtp__is_region_ptr((uintptr_t)mtp__region_base(r)));
@@ -58,7 +58,7 @@ static void test_fill_a_region(void) {
   for (unsigned i = 0; i < n; i++) mtp__region_free_run(&rs, got[i], 0);
   mtp__region_free_run(&rs, more, 0);
   mtp__region_validate(&rs);
-  mtp__region_purge(&rs, 0, -1, true, NULL);
+  mtp__region_purge(&rs, 0, -1, true, false, NULL);
   CHECK(rs.regions == NULL);
 }
 
@@ -93,14 +93,14 @@ static void test_claims(void) {
   mtp__region_validate(&rs);
   mtpi_desc_t *all[] = {sa, sb, sc, sc2, sn};
   for (unsigned i = 0; i < 5; i++) mtp__region_free_run(&rs, all[i], 0);
-  mtp__region_purge(&rs, 0, -1, true, NULL);
+  mtp__region_purge(&rs, 0, -1, true, false, NULL);
   CHECK_EQ_SZ(rs.mapped_bytes, 3 * MTP_REGION_SIZE); /* claimed regions stay mapped */
   CHECK(mtp__is_region_ptr((uintptr_t)mtp__region_base(a)) && mtp__is_region_ptr((uintptr_t)mtp__region_base(c)));
   mtp__region_unclaim(&a);
   CHECK(a == NULL);
   mtp__region_unclaim(&b);
   mtp__region_unclaim(&c);
-  mtp__region_purge(&rs, 0, -1, true, NULL);
+  mtp__region_purge(&rs, 0, -1, true, false, NULL);
   CHECK(rs.regions == NULL);
   CHECK_EQ_SZ(rs.mapped_bytes, 0);
 }
@@ -118,7 +118,7 @@ static void test_first_spans_share(void) {
   mtp__region_free_run(&rs, sf, 0);
   mtp__region_unclaim(&f);
   CHECK(rs.claimed == 0);
-  mtp__region_purge(&rs, 0, -1, true, NULL);
+  mtp__region_purge(&rs, 0, -1, true, false, NULL);
   CHECK(rs.regions == NULL);
   rs.claimed = MTP_REGION_FREE_CLAIMS; /* as if that many heaps held a region each */
   mtpi_region_t *h[8] = {0};
@@ -144,7 +144,7 @@ static void test_first_spans_share(void) {
   mtp__region_free_run(&rs, sx, 0);
   mtp__region_unclaim(&g);
   CHECK(rs.claimed == MTP_REGION_FREE_CLAIMS);
-  mtp__region_purge(&rs, 0, -1, true, NULL);
+  mtp__region_purge(&rs, 0, -1, true, false, NULL);
   CHECK(rs.regions == NULL);
 }
 
@@ -184,7 +184,7 @@ static void test_populate_ahead(void) {
     mtp__region_validate(&rs);
     for (unsigned i = 0; i < 8; i++) mtp__region_free_run(&rs, s[i], 0);
     mtp__region_unclaim(&r);
-    mtp__region_purge(&rs, 0, -1, true, NULL);
+    mtp__region_purge(&rs, 0, -1, true, false, NULL);
     CHECK(rs.regions == NULL);
   }
 }

@@ -116,7 +116,7 @@ int main(void) {
   RUN(test_carve_page_sizes);
   RUN(test_local_and_remote);
   RUN(test_detach_news_adopt);
-  mtp__region_purge(&rs, 0, 0, true, NULL);
+  mtp__region_purge(&rs, 0, 0, true, false, NULL);
   CHECK(rs.regions == NULL);
   DONE();
 }

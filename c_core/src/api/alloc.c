@@ -129,9 +129,9 @@ static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   /* profiling: through the slow path, which counts it (heap/profile.c) */
   if (!p->check && !(mtp__prof_on && p->id == 0)) {
     if (n <= MTP_MEDIUM_MAX) return mtp__heap_medium_alloc(p, n, true, true);
-    bool judge = false;
-    void *b = mtp__large_alloc_zero(p, n, &judge);
-    if (judge) mtp__purger_judge();
+    bool look = false;
+    void *b = mtp__large_alloc_zero(p, n, &look);
+    if (look) mtp__purger_look();
     return b;
   }
   void *b = mtp_pool_alloc(pool, n);
@@ -456,10 +456,10 @@ void *mtp_realloc(void *p, size_t size) {
      * REALLOC_MEDIUM_MAX: above it, a block that realloc moves is a growing buffer, and a large
      * block grows by mremap (no copy), where a medium block's growth that no free pages follow copies it,
      * and so does its move to a large block past MTP_MEDIUM_MAX. */
-    bool judge = false;
+    bool look = false;
     q = size <= REALLOC_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false, shrunk_packed)
-                             : mtp__large_alloc_room(pool, size, size / 8, &judge);
-    if (judge) mtp__purger_judge();
+                             : mtp__large_alloc_room(pool, size, size / 8, &look);
+    if (look) mtp__purger_look();
   } else {
     q = mtp_pool_alloc(mtp__pool_out(pool), size);
   }

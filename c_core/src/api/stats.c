@@ -29,7 +29,7 @@ typedef struct pool_stats {
   size_t small_blocks, small_bytes;   /* blocks of the size classes in use, and their bytes */
   size_t medium_blocks, medium_bytes; /* the medium blocks among t.large_blocks and t.large_bytes */
   size_t zero_blocks;                 /* checked mode's zero-size blocks (0 bytes each) */
-  size_t regions, regions_huge;       /* the pool's regions, and those advised huge */
+  size_t regions, huge_bytes;         /* the pool's regions, and their bytes in huge ranges */
   uint32_t id;
 } pool_stats_t;
 
@@ -81,7 +81,7 @@ static void stats_collect(mtpi_pool_t *p, pool_stats_t *out) {
   for (mtpi_region_t *r = mtp__region_from_node(p->rs.regions); r;
        r = mtp__region_from_node(r->h.link.next)) {
     out->regions++;
-    out->regions_huge += r->h.huge_pages != 0;
+    out->huge_bytes += (size_t)__builtin_popcountll(r->h.huge_mask[0]) << MTP_PAGE_SHIFT;
     for (unsigned i = MTP_REGION_FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
       if (r->pages[i].kind == MTP_PAGE_PACKED) { /* under the pool lock, as MEDIUM */
         size_t tally[2] = {0, 0};
@@ -214,7 +214,7 @@ int mtp_print_stats(FILE *out) {
   int rc = 0;
   rc |= put(out, "%-24s %12s %14s %10s %14s %14s\n", "pool", "blocks", "bytes in use",
             "bytes/blk", "reserved", "free");
-  size_t tb = 0, tu = 0, tr = 0, tf = 0, regions = 0, regions_huge = 0;
+  size_t tb = 0, tu = 0, tr = 0, tf = 0, regions = 0, huge_bytes = 0;
   /* Each pool is gathered under the registry lock, and printed once no lock is held: stdio may
    * allocate, from mtpool when it is the process's malloc. */
   for (uint32_t id = 0; id < MTP_MAX_POOLS; id++) {
@@ -232,14 +232,14 @@ int mtp_print_stats(FILE *out) {
     tr += st->bytes_reserved;
     tf += st->bytes_free;
     regions += ps.regions;
-    regions_huge += ps.regions_huge;
+    huge_bytes += ps.huge_bytes;
   }
   rc |= put(out, "%-24s %12zu %14zu %10.1f %14zu %14zu\n", "total", tb, tu,
             tb ? (double)tu / (double)tb : 0.0, tr, tf);
-  /* How much huge pages back: the pools' regions advised huge (MTPOOL_HUGEPAGES), and what the
-   * kernel made of the whole process's anonymous memory. */
-  rc |= put(out, "huge pages: %zu of %zu regions advised huge; the process's AnonHugePages %ld kB\n",
-            regions_huge, regions, mtp__os_anon_huge_kb());
+  /* How much huge pages back: the pools' regions' bytes in huge ranges (MTPOOL_HUGEPAGES), and
+   * what the kernel made of the whole process's anonymous memory. */
+  rc |= put(out, "huge pages: %zu kB of %zu regions in huge ranges; the process's AnonHugePages %ld kB\n",
+            huge_bytes >> 10, regions, mtp__os_anon_huge_kb());
   return rc ? EIO : 0;
 }
 
@@ -369,7 +369,7 @@ static void totals_add(pool_stats_t *sum, const pool_stats_t *ps) {
   sum->medium_bytes += ps->medium_bytes;
   sum->zero_blocks += ps->zero_blocks;
   sum->regions += ps->regions;
-  sum->regions_huge += ps->regions_huge;
+  sum->huge_bytes += ps->huge_bytes;
 }
 
 /* The figures a pool's object and the total share, each line ended by a comma. */
@@ -401,8 +401,8 @@ static int json_pool(FILE *out, const pool_stats_t *ps, bool first) {
   json_string(name, sizeof(name), ps->t.name);
   rc |= put(out, "%s    {\"id\": %u, \"name\": %s,\n", first ? "" : ",\n", (unsigned)ps->id, name);
   rc |= json_figures(out, ps, "     ");
-  rc |= put(out, "     \"huge_pages\": {\"regions\": %zu, \"regions_advised\": %zu},\n",
-            ps->regions, ps->regions_huge);
+  rc |= put(out, "     \"huge_pages\": {\"regions\": %zu, \"huge_bytes\": %zu},\n",
+            ps->regions, ps->huge_bytes);
   rc |= put(out, "     \"classes\": [\n");
   for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
     const mtp_class_stats_t *cs = &ps->classes[c];
@@ -439,9 +439,9 @@ int mtp_print_stats_json(FILE *out) {
   char anon[24] = "null"; /* not known: no /proc/self/smaps_rollup */
   if (kb >= 0) snprintf(anon, sizeof(anon), "%ld", kb);
   rc |= put(out,
-            "   \"huge_pages\": {\"regions\": %zu, \"regions_advised\": %zu, "
+            "   \"huge_pages\": {\"regions\": %zu, \"huge_bytes\": %zu, "
             "\"anon_huge_kb\": %s}}\n}\n",
-            sum.regions, sum.regions_huge, anon);
+            sum.regions, sum.huge_bytes, anon);
   if (fflush(out) != 0) rc |= EIO;
   return rc ? EIO : 0;
 }

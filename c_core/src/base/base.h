@@ -51,18 +51,23 @@ extern pthread_mutex_t mtp__meta_lock;
 /* ---- options (options.c) ---- */
 void mtp__options_from_env(mtp_options_t *opt);
 void mtp__options_sanitize(mtp_options_t *opt);
-/* MTPOOL_HUGEPAGES, process-wide (every pool's regions): unset or auto = a pool's new regions are
- * huge once its regions hold MTP_HUGE_AUTO_BYTES of pages in use or dirty (the default), 0 = never
- * huge, 1 = huge, system = no advice (the system's THP setting decides). */
+/* MTPOOL_HUGEPAGES, process-wide. The rule (auto, the default): a huge page backs memory that is
+ * used densely. The purge thread collapses an aligned huge range of a pool's memory that it finds
+ * MTP_HUGE_DENSE_NUM/DEN resident into one huge page, and the fresh memory a pool grows into is
+ * advised huge while the pool's ranges were last found dense (not since sparse: a range split by
+ * a purge); everything else stays on small pages (region/purge.c for regions,
+ * pool/large_ranges.c for large blocks). 0 = never (MADV_NOHUGEPAGE), 1 = huge from the start,
+ * system = no advice and no collapse (the system's THP setting decides). */
 enum { MTP_HUGE_SYSTEM = 0, MTP_HUGE_NEVER, MTP_HUGE_ALWAYS, MTP_HUGE_AUTO };
-#define MTP_HUGE_AUTO_BYTES ((size_t)8 << 20)
-/* auto, for the large blocks' reserve: huge once a pool's large blocks take this (pool/large_ranges.c) */
-#define MTP_HUGE_AUTO_LARGE_BYTES ((size_t)8 << 20)
+#define MTP_HUGE_DENSE_NUM 7
+#define MTP_HUGE_DENSE_DEN 8
 int mtp__hugepages_parse(const char *v); /* MTP_HUGE_*; -1 for a value it does not know */
 int mtp__hugepages_mode(void);           /* the environment's, read once */
-/* Whether memory the mode advises gets MADV_HUGEPAGE now: always for 1, for auto once `used` bytes
- * reach `auto_bytes`, never otherwise. */
-bool mtp__hugepages_due(size_t used, size_t auto_bytes);
+/* The advice fresh memory gets (grow: its pool's ranges were last found dense): 1 MADV_HUGEPAGE,
+ * 0 MADV_NOHUGEPAGE (never; and in auto where the system would give huge pages unasked), -1 none. */
+int mtp__huge_fresh_advice(bool grow);
+/* Whether the purge collapses dense ranges (auto and 1). */
+bool mtp__huge_collapses(void);
 
 /* ---- purge timing, from the purge_delay_ms option ----
  * Freed runs of 64 KiB or more (a medium block's pages, a cached large range) are due for the

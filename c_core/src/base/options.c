@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "os.h"
 
 /* The default pool's checked mode when MTPOOL_CHECK is not set: on in libmtpool-debug.so, whose
  * build compiles this file alone again with MTPOOL_CHECK_DEFAULT=1. */
@@ -54,9 +55,22 @@ int mtp__hugepages_parse(const char *v) {
   return -1;
 }
 
-bool mtp__hugepages_due(size_t used, size_t auto_bytes) {
+int mtp__huge_fresh_advice(bool grow) {
+  switch (mtp__hugepages_mode()) {
+  case MTP_HUGE_NEVER:
+    return 0;
+  case MTP_HUGE_ALWAYS:
+    return 1;
+  case MTP_HUGE_AUTO:
+    return grow ? 1 : mtp__os_thp_always() ? 0 : -1;
+  default:
+    return -1;
+  }
+}
+
+bool mtp__huge_collapses(void) {
   int mode = mtp__hugepages_mode();
-  return mode == MTP_HUGE_ALWAYS || (mode == MTP_HUGE_AUTO && used >= auto_bytes);
+  return mode == MTP_HUGE_AUTO || mode == MTP_HUGE_ALWAYS;
 }
 
 int mtp__hugepages_mode(void) {

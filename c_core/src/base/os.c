@@ -190,8 +190,33 @@ size_t mtp__os_huge_page_size(void) {
   return v > 1 ? (size_t)v : 0;
 }
 
+bool mtp__os_thp_always(void) {
+  /* 0: not read yet; 1: not "always"; 2: "always". relaxed, as mtp__os_huge_page_size. */
+  static mtpi_atomic_long cached;
+  long v = mtp__long_load_relaxed(&cached);
+  if (v == 0) {
+    v = 1;
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[64];
+      ssize_t n = read(fd, buf, sizeof(buf) - 1);
+      (void)close(fd);
+      if (n >= 8 && memcmp(buf, "[always]", 8) == 0) v = 2;
+    }
+    mtp__long_store_relaxed(&cached, v);
+  }
+  return v == 2;
+}
+
 int mtp__os_huge_advise(void *p, size_t size, bool huge) {
   return madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+int mtp__os_huge_collapse(void *p, size_t size) {
+  return madvise(p, size, MADV_COLLAPSE) == 0 ? 0 : errno;
 }
 
 int mtp__os_resident_map(const void *p, size_t size, unsigned char *vec) {

@@ -59,6 +59,12 @@ size_t mtp__os_huge_page_size(void);
  * (MADV_NOHUGEPAGE). pre: OS-page-aligned, mapped by mtp__os_map. Returns 0 or the errno (EINVAL
  * where the kernel lacks transparent huge pages); the advice is a hint, so callers may ignore it. */
 int mtp__os_huge_advise(void *p, size_t size, bool huge);
+/* Whether the system gives anonymous memory huge pages unasked (THP "always"). */
+bool mtp__os_thp_always(void);
+/* Make the resident pages of [p, p+size) (huge-page aligned) one huge page now (MADV_COLLAPSE,
+ * Linux 6.1+): the calling thread copies them. 0 or errno (EINVAL on older kernels, or where the
+ * range is advised MADV_NOHUGEPAGE; EAGAIN or ENOMEM when no huge page is to be had). */
+int mtp__os_huge_collapse(void *p, size_t size);
 /* The bytes of [p, p+size) that are resident (mincore), or SIZE_MAX if the kernel does not say.
  * pre: OS-page-aligned, mapped. Allocates nothing (a small vector on the stack, in steps). */
 size_t mtp__os_resident_bytes(const void *p, size_t size);

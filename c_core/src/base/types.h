@@ -355,9 +355,11 @@ typedef struct mtpi_rset {
   void *populate_at;     /* a range to fault in outside the lock (see region.h) */
   size_t populate_len;
   bool populate_dirtied; /* that range left free pages resident: a purge will be due */
-  /* auto huge pages: the pool's pages in use were found resident whole (region.c); once true, it
-   * stays */
-  bool huge_dense;
+  /* Huge pages (the rule: base.h): the set's ranges were last found dense (a collapse) and not
+   * since sparse (a split), so a new region is advised huge (region/purge.c). */
+  bool huge_grow;
+  bool dense_news; /* a run left a range dense that is not huge: a purge pass should look */
+  struct mtpi_region *newest; /* the region mapped last, while it is mapped */
   /* Pages not in a run are PROT_NONE, so that a stray access (1 MiB past a block) faults: checked
    * pools. Written once, when the pool is made; such regions get no huge-page advice. */
   bool guard_free;
@@ -384,12 +386,14 @@ typedef struct mtpi_region_hdr {
    * A claimed region is not unmapped (the hint points to it). */
   void *claim;
   uint32_t free_pages; /* pages in no run: free or busy */
-  /* Huge-page advice (MTPOOL_HUGEPAGES): 0, or the mtpool pages per huge page when the region
-   * was advised MADV_HUGEPAGE. Its huge ranges (aligned) are purged in one step
-   * each (see region.c); huge_split marks the pages of ranges advised MADV_NOHUGEPAGE since, by
-   * a purge while some of their pages were in use. */
-  uint32_t huge_pages;
-  uint64_t huge_split[MTP_PAGES_PER_REGION / 64];
+  /* Purges that have this region in their batch (region/purge.c): it is not detached meanwhile. */
+  uint32_t pinned;
+  /* Huge pages (MTPOOL_HUGEPAGES, region/purge.c): the pages of the aligned huge ranges advised
+   * MADV_HUGEPAGE (whole ranges: huge at the fault, or collapsed), each purged as one; and when a
+   * purge last looked whether the others are dense. */
+  uint64_t huge_mask[MTP_PAGES_PER_REGION / 64];
+  uint64_t dense_check_ms;   /* the next look is due then */
+  uint32_t dense_backoff_ms; /* and the one after its interval; 0: looked at no more */
 } mtpi_region_hdr_t;
 
 /* A region's header: its bookkeeping and one descriptor per page. It lies in the
@@ -499,9 +503,12 @@ typedef struct mtpi_large {
   uint64_t origin;       /* the kernel mapping the range lies in: a number never reused */
   uint32_t slot;         /* CACHED: its entry in the pool's large_slots */
   bool cached;
-  /* LIVE, mapped on its own: judged by its use until then, by a monotonic clock (0: not judged;
-   * large_ranges.c) */
-  uint64_t judge_until_ms;
+  /* LIVE, looked at for dense huge ranges (large_ranges.c): the next look is due at look_next_ms
+   * (a monotonic clock), the one after it look_backoff_ms later (0: looked at no more), from
+   * offset look_at of its aligned huge ranges */
+  uint64_t look_next_ms;
+  uint32_t look_backoff_ms;
+  size_t look_at;
 } mtpi_large_t;
 
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first
@@ -575,15 +582,11 @@ struct mtp_pool {
   char *large_reserve;          /* the untouched rest of the mapping fresh ranges are carved from */
   size_t large_reserve_left;    /* its bytes */
   uint64_t large_reserve_origin; /* its origin */
-  bool large_reserve_huge;      /* its rest is advised for huge pages (large_ranges.c) */
-  /* auto huge pages for the reserve (large_ranges.c: a program that writes a corner of its big
-   * buffers gets none): of the blocks freed since it was mapped, the bytes sampled and those
-   * resident at their free */
-  size_t large_freed_sampled, large_freed_resident;
-  size_t large_judging; /* LIVE records with judge_until_ms above 0 */
-  /* auto huge pages for blocks mapped on their own: the bytes judged dense and sparse so far
-   * (large_ranges.c: judge_one), whose verdict advises later ones huge as they are mapped */
-  size_t large_own_dense, large_own_sparse;
+  size_t large_looking; /* LIVE records with look_backoff_ms above 0 */
+  /* Huge pages (the rule: base.h): the pool's large blocks were last found dense by a look, not
+   * since sparse (large_ranges.c). Written under the large lock; read relaxed without it by a
+   * thread about to map (a stale value advises one mapping as the one before). */
+  mtpi_atomic_u8 large_huge_grow;
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

@@ -173,7 +173,8 @@ void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
  * (mtp__packed_fits) if fit, else a run of whole pages (64 KiB aligned, grown in place by
  * realloc). */
 void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero, bool fit);
-/* A large block (mtp__large_alloc); wakes the purger when the block is to be judged. No lock held. */
+/* A large block (mtp__large_alloc); wakes the purger when the block is to be looked at. No lock
+ * held. */
 void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 /* Trim: the calling thread's reuse lists in pool back onto their slabs, so that slabs they kept
  * from emptying can be retired. No lock held. */

@@ -136,9 +136,9 @@ void *mtp__heap_medium_alloc(mtpi_pool_t *pool, size_t size, bool zero, bool fit
 }
 
 void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
-  bool judge = false;
-  void *p = mtp__large_alloc(pool, size, alignment, &judge);
-  if (judge) mtp__purger_judge();
+  bool look = false;
+  void *p = mtp__large_alloc(pool, size, alignment, &look);
+  if (look) mtp__purger_look();
   return p;
 }
 

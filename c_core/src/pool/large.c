@@ -56,7 +56,7 @@ static bool fits_as_is(size_t need, size_t map_size) {
 static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   rec->size = size;
   rec->cached = false;
-  rec->judge_until_ms = 0;
+  rec->look_backoff_ms = 0;
   mtp__list_push(&pool->large, &rec->link);
   pool->large_count++;
   pool->large_bytes += rec->map_size;
@@ -69,51 +69,52 @@ static void *hand_out(mtpi_large_t *rec) {
   return rec->ptr;
 }
 
-/* The length of a range mapped for one block of map_size bytes, advised as `own` says: whole huge
- * pages where it is advised huge, so that its last bytes fault in a huge page too and a tail it is
- * grown by starts on one (cut at the OS page, its last part and the tails grown from it faulted
- * in 4 KiB pages, and a huge page split where a purge cut it: bench/results/notes.md: large.c). */
-static size_t own_length(const mtpi_pool_t *pool, int own, size_t map_size) {
-  if (own != MTP_OWN_HUGE || pool->check) return map_size; /* checked: canaries fill the rest */
-  size_t h = mtp__os_huge_page_size(); /* a power of two: MTP_OWN_HUGE says so */
+/* The length of a range mapped for one block of map_size bytes that gets `advice`
+ * (mtp__large_fresh_advice): whole huge pages where it is advised huge, so that its last bytes
+ * fault in a huge page too and a tail it is grown by starts on one (cut at the OS page, its last
+ * part and the tails grown from it faulted in 4 KiB pages, and a huge page split where a purge cut
+ * it: bench/results/notes.md: large.c). */
+static size_t own_length(const mtpi_pool_t *pool, int advice, size_t map_size) {
+  if (advice != 1 || pool->check) return map_size; /* checked: canaries fill the rest */
+  size_t h = mtp__large_huge_size(); /* a power of two: advice 1 says so */
   size_t r = (map_size + h - 1) & ~(h - 1);
   return r < map_size ? map_size : r;
 }
 
-/* [m, m + len), mapped for one block: advised as `own` says (NONE and JUDGE: no advice yet). */
-static void advise_own(void *m, size_t len, int own) {
-  if (own == MTP_OWN_HUGE || own == MTP_OWN_NEVER) (void)mtp__os_huge_advise(m, len, own == MTP_OWN_HUGE);
+/* [m, m + len), mapped for one block: advised (-1: no advice). */
+static void advise_own(void *m, size_t len, int advice) {
+  if (advice >= 0) (void)mtp__os_huge_advise(m, len, advice == 1);
 }
 
 /* rec (its pool set, in no list nor the hash) takes the range [m, m + map_size) for a block of
  * size bytes: filed in the hash under `origin` (0: a mapping of its own, a new origin) and made
- * LIVE; judged by its use on the purge passes where `own` is JUDGE and the caller can wake the
- * purger (judge: then set). */
-static void go_live(mtpi_large_t *rec, void *m, size_t map_size, size_t size, uint64_t origin, int own,
-                    bool *judge) {
+ * LIVE; looked at on the purge passes for dense huge ranges where the caller can wake the purger
+ * (look: then set if it is). */
+static void go_live(mtpi_large_t *rec, void *m, size_t map_size, size_t size, uint64_t origin,
+                    bool *look) {
   rec->ptr = rec->map = m;
   rec->map_size = map_size;
   pthread_mutex_lock(&mtp__large_lock);
   rec->origin = origin != 0 ? origin : ++mtp__large_origin_count;
   mtp__large_hash_insert(rec);
   make_live(rec->pool, rec, size);
-  if (own == MTP_OWN_JUDGE && judge != NULL) {
-    mtp__large_judge_start(rec->pool, rec);
-    *judge = true;
+  if (look != NULL) {
+    mtp__large_look_start(rec->pool, rec);
+    *look = rec->look_backoff_ms != 0;
   }
   pthread_mutex_unlock(&mtp__large_lock);
 }
 
-/* A range mapped for one block, advised as mtp__large_own_huge says (*own): aligned to the huge
- * page size where it is or may be huge, so that its first bytes are in a whole huge page too;
- * *size: the block's page-rounded bytes, on return the range's (own_length). */
-static void *map_own(mtpi_pool_t *pool, size_t *size, size_t alignment, int *own) {
-  *own = mtp__large_own_huge(pool, *size);
-  *size = own_length(pool, *own, *size);
-  size_t hsize = mtp__os_huge_page_size();
-  if (*own > MTP_OWN_NONE && alignment < hsize) alignment = hsize;
+/* A range mapped for one block, aligned to the huge page size where one fits, so that its huge
+ * ranges can be huge pages, and advised as fresh large memory is; *size: the block's
+ * page-rounded bytes, on return the range's (own_length). */
+static void *map_own(mtpi_pool_t *pool, size_t *size, size_t alignment) {
+  int advice = mtp__large_fresh_advice(pool, *size);
+  *size = own_length(pool, advice, *size);
+  size_t hsize = mtp__large_huge_size();
+  if (hsize != 0 && *size >= hsize && alignment < hsize) alignment = hsize;
   void *m = mtp__os_map(*size, alignment);
-  if (m != NULL) advise_own(m, *size, *own);
+  if (m != NULL) advise_own(m, *size, advice);
   return m;
 }
 
@@ -131,21 +132,21 @@ static void check_freed_fill(mtpi_large_t *rec) {
  * churns 5-25 MiB buffers mapped and faulted most of them anew: bench/results/notes.md:
  * large.c). NULL if the growth failed (the range is unmapped; the caller maps afresh). */
 static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size_t map_size,
-                         bool zero, bool *judge) {
+                         bool zero, bool *look) {
   check_freed_fill(rec);
-  int own = mtp__large_own_huge(pool, map_size);
-  map_size = own_length(pool, own, map_size);
-  size_t old_size = rec->map_size;
+  int advice = mtp__large_fresh_advice(pool, map_size);
+  map_size = own_length(pool, advice, map_size);
+  size_t old_size = rec->map_size, hsize = mtp__large_huge_size();
   mtp__track_unmap(rec->map, old_size); /* no stale poison where the range was */
   void *m = mtp__os_remap_aligned(rec->map, old_size, map_size,
-                                  own > MTP_OWN_NONE ? mtp__os_huge_page_size() : mtp__os_page_size());
+                                  hsize != 0 && map_size >= hsize ? hsize : mtp__os_page_size());
   if (m == NULL) {
     (void)mtp__large_unmap_rec(rec);
     return NULL;
   }
-  advise_own(m, map_size, own);
+  advise_own(m, map_size, advice);
   if (zero) memset(m, 0, size < old_size ? size : old_size); /* the grown tail is fresh: zero */
-  go_live(rec, m, map_size, size, 0, own, judge); /* a mapping of its own now */
+  go_live(rec, m, map_size, size, 0, look); /* a mapping of its own now */
   return m;
 }
 
@@ -155,7 +156,7 @@ static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size
  * (a program that callocs a big table and uses a corner of it stays small); a cached range is
  * cleared. */
 static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t alignment, bool zero,
-                         bool *judge) {
+                         bool *look) {
   size_t need = size + (pool->check ? CHECK_SLACK : 0);
   if (need < size || need > SIZE_MAX / 2 || room > SIZE_MAX / 2 - need) {
     errno = ENOMEM;
@@ -167,13 +168,17 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   if (mtp__large_caches(pool)) {
     pthread_mutex_lock(&mtp__large_lock);
     mtpi_large_t *rec = mtp__large_cache_take(pool, map_size, alignment, room > 0), *grow = NULL;
-    if (rec != NULL)
+    if (rec != NULL) {
       make_live(pool, rec, size);
-    else if (map_size > MTP_LARGE_RESERVE_TAKE_MAX && alignment <= os_page)
+      if (look != NULL) {
+        mtp__large_look_start(pool, rec);
+        *look = rec->look_backoff_ms != 0;
+      }
+    } else if (map_size > MTP_LARGE_RESERVE_TAKE_MAX && alignment <= os_page)
       grow = mtp__large_cache_take_largest(pool, map_size / 2);
     pthread_mutex_unlock(&mtp__large_lock);
     if (grow != NULL) {
-      void *p = grow_cached(pool, grow, size, map_size, zero, judge);
+      void *p = grow_cached(pool, grow, size, map_size, zero, look);
       if (p != NULL) return p;
     }
     if (rec != NULL) {
@@ -186,12 +191,10 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   mtpi_large_t *rec = mtp__meta_alloc(sizeof(*rec));
   if (rec == NULL) return NULL;
   uint64_t origin = 0;
-  int own = MTP_OWN_NONE;
   void *m = NULL;
   if (mtp__large_caches(pool) && alignment <= os_page && map_size <= MTP_LARGE_RESERVE_TAKE_MAX)
     m = mtp__large_reserve_take(pool, map_size, &origin);
-  if (m == NULL) m = map_own(pool, &map_size, alignment > os_page ? alignment : os_page, &own);
-  if (own == MTP_OWN_JUDGE && judge == NULL) own = MTP_OWN_NONE; /* the caller cannot wake the purger */
+  if (m == NULL) m = map_own(pool, &map_size, alignment > os_page ? alignment : os_page);
   if (m == NULL) {
     mtp__meta_free(rec, sizeof(*rec));
     errno = ENOMEM;
@@ -199,26 +202,26 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   }
   if (pool->check) memset((char *)m + size, CANARY, map_size - size);
   rec->pool = pool;
-  go_live(rec, m, map_size, size, origin, own, judge);
+  go_live(rec, m, map_size, size, origin, look);
   return m;
 }
 
-void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment, bool *judge) {
-  return large_alloc(pool, size, 0, alignment, false, judge);
+void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment, bool *look) {
+  return large_alloc(pool, size, 0, alignment, false, look);
 }
 
-void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size, bool *judge) {
-  return large_alloc(pool, size, 0, 0, true, judge);
+void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size, bool *look) {
+  return large_alloc(pool, size, 0, 0, true, look);
 }
 
-void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room, bool *judge) {
-  return large_alloc(pool, size, room, 0, false, judge);
+void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room, bool *look) {
+  return large_alloc(pool, size, room, 0, false, look);
 }
 
 /* Large lock held: the LIVE record leaves the pool's live list and counters. */
 static void unlive(mtpi_pool_t *pool, mtpi_large_t *rec) {
   shrinks_bump();
-  mtp__large_judge_stop(pool, rec);
+  mtp__large_look_stop(pool, rec);
   mtp__list_remove(&pool->large, &rec->link);
   pool->large_count--;
   pool->large_bytes -= rec->map_size;
@@ -263,11 +266,8 @@ int mtp__large_free(void *p, size_t size, bool sized) {
   mtpi_pool_t *pool = rec->pool;
   unlive(pool, rec);
   mtpi_large_t *evict = NULL;
-  char *map = rec->map; /* rec may be merged away by the put */
-  size_t map_size = rec->map_size;
   bool cached = pool->check ? mtp__large_quarantine_put(pool, rec, &evict)
                             : mtp__large_cache_put(pool, rec, &evict);
-  if (cached && !pool->check) mtp__large_sample_freed(pool, map, map_size);
   if (!cached) mtp__large_hash_remove(rec, p);
   pthread_mutex_unlock(&mtp__large_lock);
   if (!cached) (void)mtp__large_unmap_rec(rec);
@@ -384,20 +384,19 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     return NULL;
   }
   shrinks_bump(); /* before the system call: the range may move (mremap) or lose its tail */
-  uint64_t judging = rec->judge_until_ms; /* and no purge pass reads or advises it meanwhile */
-  mtp__large_judge_stop(pool, rec);
+  bool looking = rec->look_backoff_ms != 0; /* and no purge pass reads it meanwhile */
+  mtp__large_look_stop(pool, rec);
   pthread_mutex_unlock(&mtp__large_lock);
   size_t new_size = old_size;
   void *m = old;
   if (need > old_size) { /* grow, with room for more */
-    size_t hsize = mtp__large_grow_huge(old, old_size, want);
+    size_t hsize = mtp__large_grow_huge(pool, want);
     m = NULL;
-    if (hsize != 0) { /* aligned, its room whole huge pages, advised huge: no more judging */
+    if (hsize != 0) { /* aligned, its room whole huge pages, advised huge */
       size_t hwant = (want + hsize - 1) & ~(hsize - 1);
       m = mtp__os_remap_aligned(old, old_size, hwant, hsize);
       if (m != NULL) {
         want = hwant;
-        judging = 0;
         (void)mtp__os_huge_advise(m, want, true);
       }
     }
@@ -411,7 +410,6 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
     }
   }
   pthread_mutex_lock(&mtp__large_lock);
-  if (judging != 0) mtp__large_judge_resume(pool, rec, judging);
   pool->large_bytes = pool->large_bytes - old_size + new_size;
   if (m != old) { /* a block that moved counts as an allocation and a free, as a copy does */
     mtp__large_hash_remove(rec, old);
@@ -422,6 +420,7 @@ void *mtp__large_resize(void *p, size_t size, size_t room) {
   }
   rec->map_size = new_size;
   rec->size = size;
+  if (looking) mtp__large_look_start(pool, rec); /* its range changed: looked at afresh */
   remember(rec);
   pthread_mutex_unlock(&mtp__large_lock);
   return m;

@@ -153,189 +153,132 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
  * calloc needs) and is not in the statistics; trim and destroy unmap it. Its sizes:
  * large_ranges.h. */
 
-/* Huge pages for the reserve (MTPOOL_HUGEPAGES, base.h): ranges are carved in address order, so
- * a reserve aligned to the huge page size fills its huge pages one after the other, and blocks
- * that churn reuse pages already faulted in: one fault per 2 MiB, not per 4 KiB. A freed range
- * still goes back (munmap) after its delay, splitting a huge page it shares. In auto mode the
- * reserve is advised huge once the pool's large blocks, live and cached, take
- * MTP_HUGE_AUTO_LARGE_BYTES and the program is seen to use its large blocks whole: of the first
- * blocks freed since this reserve was mapped (MTP_LARGE_SAMPLE_BYTES: one window, then no more
- * mincore), 7/8 of the pages were resident at their free. A program that mallocs big buffers and
- * writes a corner of each (a server's per-thread scratch lists) would have each 2 MiB faulted in
- * whole (bench/results/notes.md: large_ranges.c). Then its untouched rest is advised huge, from the next
- * huge page on; NOHUGEPAGE before, as regions are (the partly used huge page at the frontier then
- * adds at most a quarter). Returns the huge page size where the reserve may take huge pages in
- * this mode, else 0. */
-static size_t reserve_huge_size(void) {
-  int mode = mtp__hugepages_mode();
+/* Huge pages for large blocks (the rule: base.h). The reserve and every range mapped for one block
+ * are aligned to the huge page size, so that each aligned huge range of them can be one huge page.
+ * Fresh memory gets mtp__huge_fresh_advice's advice for the pool's large blocks (large_huge_grow):
+ * the reserve when it is mapped, and its untouched rest when that flips to huge; a range mapped
+ * for one block when it is mapped; a block realloc grows by a system call, its new range.
+ * A LIVE block of a huge range or more is looked at on the purge passes after its allocation
+ * (mtp__large_look_start; again after LOOK_FIRST_MS, doubling up to LOOK_LAST_MS, then no more):
+ * a look reads up to LOOK_BYTES of it from where the last stopped (mincore, large lock held), and
+ * each aligned huge range found MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page
+ * (after the lock is dropped). The ranges up to the last resident page are the look's verdict:
+ * all dense turns large_huge_grow on, one sparse turns it off. Returns the huge page size where
+ * large blocks may have huge pages, else 0. */
+#define LOOK_FIRST_MS 100u
+#define LOOK_LAST_MS 6400u
+#define LOOK_BYTES ((size_t)16 << 20)
+#define LOOK_COLLAPSES 4 /* per pass: a collapse copies up to a huge page */
+static size_t huge_size(void) {
   size_t hsize = mtp__os_huge_page_size();
-  if (mode == MTP_HUGE_SYSTEM || hsize < mtp__os_page_size() || hsize > MTP_LARGE_RESERVE_BYTES / 8 ||
-      (hsize & (hsize - 1)) != 0)
+  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM || hsize < mtp__os_page_size() ||
+      hsize > MTP_LARGE_RESERVE_BYTES / 8 || (hsize & (hsize - 1)) != 0)
     return 0;
   return hsize;
 }
 
-/* Large lock held: advise the reserve's untouched rest huge if it is due. A hint: a kernel
- * without transparent huge pages refuses it (EINVAL) and nothing changes. */
-static void reserve_advise(mtpi_pool_t *pool) {
-  if (pool->large_reserve_huge || pool->large_reserve_left == 0 ||
-      !mtp__hugepages_due(pool->large_bytes + pool->large_cached_bytes, MTP_HUGE_AUTO_LARGE_BYTES))
-    return;
-  if (mtp__hugepages_mode() == MTP_HUGE_AUTO &&
-      (pool->large_freed_sampled < MTP_LARGE_SAMPLE_BYTES ||
-       pool->large_freed_resident < pool->large_freed_sampled / 8 * 7))
-    return; /* not seen to use its blocks whole (yet) */
-  size_t hsize = reserve_huge_size();
-  if (hsize == 0) return;
+size_t mtp__large_huge_size(void) { return huge_size(); }
+
+int mtp__large_fresh_advice(mtpi_pool_t *pool, size_t size) {
+  if (huge_size() == 0 || size < huge_size()) return -1;
+  return mtp__huge_fresh_advice(mtp__u8_load_relaxed(&pool->large_huge_grow) != 0);
+}
+
+/* Large lock held: large_huge_grow becomes grow; the reserve's untouched rest, from its next huge
+ * page on, follows the advice fresh memory gets now. */
+static void huge_grow_set(mtpi_pool_t *pool, bool grow) {
+  if ((mtp__u8_load_relaxed(&pool->large_huge_grow) != 0) == grow) return;
+  mtp__u8_store_relaxed(&pool->large_huge_grow, grow);
+  size_t hsize = huge_size();
+  int advice = mtp__huge_fresh_advice(grow);
+  if (hsize == 0 || advice < 0 || pool->large_reserve_left == 0) return;
   uintptr_t at = ((uintptr_t)pool->large_reserve + hsize - 1) & ~(uintptr_t)(hsize - 1);
   uintptr_t end = (uintptr_t)pool->large_reserve + pool->large_reserve_left;
-  pool->large_reserve_huge = true;
-  if (at < end) (void)mtp__os_huge_advise((void *)at, end - at, true);
+  if (at < end) (void)mtp__os_huge_advise((void *)at, end - at, advice == 1);
 }
 
-/* Auto: whether the blocks mapped on their own that judge_one has looked at were filled densely,
- * OWN_VERDICT_BYTES of them at least and at most an eighth as many sparse ones. A program that
- * only allocates blocks above the reserve's (buffers of 5-25 MiB, say) never carves from the
- * reserve nor frees into its window, and judged each block after its first touch had faulted it
- * in 4 KiB pages (bench/results/notes.md: large_ranges.c). Large lock held. */
-#define OWN_VERDICT_BYTES ((size_t)32 << 20)
-static bool own_seen_whole(const mtpi_pool_t *pool) {
-  return pool->large_own_dense >= OWN_VERDICT_BYTES &&
-         pool->large_own_sparse <= pool->large_own_dense / 8 &&
-         mtp__hugepages_due(pool->large_bytes + pool->large_cached_bytes, MTP_HUGE_AUTO_LARGE_BYTES);
-}
-
-/* A range mapped for one block (above MTP_LARGE_RESERVE_TAKE_MAX, or one the reserve does not
- * serve) follows the mode as the reserve does: huge with 1, never with 0; in auto huge at once if
- * this pool's reserve has gone huge (its large blocks were seen to be used whole) or the blocks
- * mapped on their own were seen filled densely (own_seen_whole), else judged by its own use
- * (judge_one); none below two huge pages, or where the reserve takes none. */
-/* mtp__large_own_huge; `locked`: the caller holds the large lock. */
-static int own_huge(mtpi_pool_t *pool, size_t size, bool locked) {
-  size_t hsize = reserve_huge_size();
-  if (hsize == 0 || size < 2 * hsize) return MTP_OWN_NONE;
-  switch (mtp__hugepages_mode()) {
-  case MTP_HUGE_ALWAYS:
-    return MTP_OWN_HUGE;
-  case MTP_HUGE_NEVER:
-    return MTP_OWN_NEVER;
-  case MTP_HUGE_AUTO: {
-    if (!locked) pthread_mutex_lock(&mtp__large_lock);
-    bool whole = pool->large_reserve_huge || own_seen_whole(pool);
-    if (!locked) pthread_mutex_unlock(&mtp__large_lock);
-    return whole ? MTP_OWN_HUGE : MTP_OWN_JUDGE;
-  }
-  default:
-    return MTP_OWN_NONE;
-  }
-}
-
-int mtp__large_own_huge(mtpi_pool_t *pool, size_t size) { return own_huge(pool, size, false); }
-
-/* Auto huge pages for a block mapped on its own, which no free may ever judge (a compressor's or
- * a sort's buffers live as long as the program): judged on the purge passes after its allocation
- * by how the program has written it so far. Of its first JUDGE_SAMPLE_BYTES, the pages from its
- * start to the last resident one: 7/8 of them resident, over a huge page's worth at least, is a
- * block filled densely, advised huge, so that the untouched huge pages after fault in whole (one
- * fault per 2 MiB); else it is judged again at the next pass, until JUDGE_MS have passed (a
- * buffer written in a corner, a sparse table: no advice, 4 KiB pages). A pass runs about every
- * twentieth of the shortest pool delay, at most 51 ms (purge.c). */
-#define JUDGE_MS 1000
-#define JUDGE_SAMPLE_BYTES ((size_t)16 << 20)
-
-void mtp__large_judge_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  rec->judge_until_ms = mtp__os_now_ms() + JUDGE_MS;
-  pool->large_judging++;
-}
-
-void mtp__large_judge_stop(mtpi_pool_t *pool, mtpi_large_t *rec) {
-  if (rec->judge_until_ms == 0) return;
-  rec->judge_until_ms = 0;
-  pool->large_judging--;
-}
-
-void mtp__large_judge_resume(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t until_ms) {
-  MTP_ASSERT(rec->judge_until_ms == 0 && until_ms != 0);
-  rec->judge_until_ms = until_ms;
-  pool->large_judging++;
-}
-
-/* Large lock held (the block cannot be freed meanwhile): the judgement of rec at now_ms. */
-static void judge_one(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t now_ms) {
-  static unsigned char vec[JUDGE_SAMPLE_BYTES / 4096]; /* large lock; reserve_huge_size: 4 KiB pages */
-  size_t page = mtp__os_page_size();
-  size_t sample = rec->map_size < JUDGE_SAMPLE_BYTES ? rec->map_size : JUDGE_SAMPLE_BYTES;
-  bool done = now_ms >= rec->judge_until_ms; /* the last look */
-  if (page * (sizeof vec) < sample || mtp__os_resident_map(rec->map, sample, vec) != 0) {
-    done = true;
-  } else {
-    size_t resident = 0, last = 0;
-    for (size_t i = 0; i < sample / page; i++)
-      if (vec[i]) {
-        resident++;
-        last = i + 1;
-      }
-    if (last * page >= mtp__os_huge_page_size() && resident >= last / 8 * 7) {
-      (void)mtp__os_huge_advise(rec->map, rec->map_size, true);
-      pool->large_own_dense += sample;
-      mtp__large_judge_stop(pool, rec);
-      return;
-    }
-  }
-  if (done) {
-    pool->large_own_sparse += sample;
-    mtp__large_judge_stop(pool, rec);
-  }
-}
-
-/* Large lock held: a pass over the pool's LIVE records being judged. */
-static void judge_pass(mtpi_pool_t *pool) {
-  size_t todo = pool->large_judging;
-  uint64_t now_ms = mtp__os_now_ms();
-  for (mtpi_node_t *it = pool->large; it != NULL && todo != 0; it = it->next) {
-    mtpi_large_t *rec = mtp__large_rec_of(it);
-    if (rec->judge_until_ms == 0) continue;
-    todo--;
-    judge_one(pool, rec, now_ms);
-  }
-}
-
-void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size) {
-  if (pool->large_reserve_huge || pool->large_freed_sampled >= MTP_LARGE_SAMPLE_BYTES ||
-      size > MTP_LARGE_RESERVE_TAKE_MAX || mtp__hugepages_mode() != MTP_HUGE_AUTO)
+void mtp__large_look_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  /* the purge passes look: a pool without them (a delay of 0 or less) is not looked at */
+  if (huge_size() == 0 || !mtp__huge_collapses() || rec->map_size < huge_size() ||
+      pool->purge_delay_ms <= 0)
     return;
-  size_t r = mtp__os_resident_bytes(map, size);
-  if (r == SIZE_MAX) return;
-  pool->large_freed_sampled += size;
-  pool->large_freed_resident += r;
-  reserve_advise(pool); /* the window may have closed on a verdict of whole use */
+  rec->look_next_ms = mtp__os_now_ms();
+  rec->look_backoff_ms = LOOK_FIRST_MS;
+  rec->look_at = 0;
+  pool->large_looking++;
 }
 
-/* A block that realloc grows to a huge page or more, by a system call: with 1 always, in auto
- * when the pages it has so far (its last JUDGE_SAMPLE_BYTES) are 7/8 resident, a buffer written
- * as it grows. Its new range is then aligned to huge pages with its room rounded up to them, so
- * that its tail faults in one huge page at a time; the kernel's own choice of address for a
- * moved block is not aligned (bench/results/notes.md: large.c). Never with 0. */
-size_t mtp__large_grow_huge(const char *map, size_t old_size, size_t new_size) {
-  size_t hsize = reserve_huge_size();
-  if (hsize == 0 || new_size < hsize) return 0;
-  switch (mtp__hugepages_mode()) {
-  case MTP_HUGE_ALWAYS:
-    return hsize;
-  case MTP_HUGE_AUTO: {
-    size_t sample = old_size < JUDGE_SAMPLE_BYTES ? old_size : JUDGE_SAMPLE_BYTES;
-    size_t r = mtp__os_resident_bytes(map + (old_size - sample), sample);
-    return r != SIZE_MAX && r >= sample / 8 * 7 ? hsize : 0;
+void mtp__large_look_stop(mtpi_pool_t *pool, mtpi_large_t *rec) {
+  if (rec->look_backoff_ms == 0) return;
+  rec->look_backoff_ms = 0;
+  pool->large_looking--;
+}
+
+void mtp__large_forget_looks(mtpi_pool_t *pool) {
+  for (mtpi_node_t *it = pool->large; it != NULL && pool->large_looking != 0; it = it->next)
+    mtp__large_look_stop(pool, mtp__large_rec_of(it));
+}
+
+/* Large lock held (the block is not freed meanwhile): the look at rec; the dense ranges it found
+ * that the caller collapses once the lock is dropped go into todo (at most *n more). */
+static void look_one(mtpi_pool_t *pool, mtpi_large_t *rec, char **todo, unsigned *n) {
+  static unsigned char vec[LOOK_BYTES / 4096]; /* large lock; huge_size: 4 KiB pages at least */
+  size_t page = mtp__os_page_size(), hsize = huge_size();
+  uintptr_t first = ((uintptr_t)rec->map + hsize - 1) & ~(uintptr_t)(hsize - 1);
+  uintptr_t end = ((uintptr_t)rec->map + rec->map_size) & ~(uintptr_t)(hsize - 1);
+  if (rec->look_at >= end - first) rec->look_at = 0;
+  char *at = (char *)first + rec->look_at;
+  size_t len = end - first - rec->look_at;
+  if (len > LOOK_BYTES) len = LOOK_BYTES;
+  rec->look_at += len;
+  if (len == 0 || page * sizeof vec < len || mtp__os_resident_map(at, len, vec) != 0) return;
+  bool dense[64];
+  size_t per = hsize / page, ranges = len / hsize, last = 0; /* last: ranges up to a resident page */
+  if (ranges > sizeof dense) ranges = sizeof dense;
+  for (size_t k = 0; k < ranges; k++) {
+    size_t got = 0;
+    for (size_t i = k * per; i < (k + 1) * per; i++) got += vec[i];
+    dense[k] = got * MTP_HUGE_DENSE_DEN >= per * MTP_HUGE_DENSE_NUM;
+    if (got != 0) last = k + 1;
+    if (!dense[k] || *n == LOOK_COLLAPSES) continue;
+    /* where fresh memory is advised against huge pages (THP "always"), the collapse needs advice */
+    if (mtp__huge_fresh_advice(false) == 0) (void)mtp__os_huge_advise(at + k * hsize, hsize, true);
+    todo[(*n)++] = at + k * hsize;
   }
-  default:
-    return 0;
+  if (last == 0) return;
+  bool all = true; /* the verdict: the ranges before the last written one, the last if dense */
+  for (size_t k = 0; k + 1 < last; k++) all = all && dense[k];
+  if (!all || dense[last - 1]) huge_grow_set(pool, all);
+}
+
+/* Large lock held: a pass over the pool's LIVE records being looked at; the ranges to collapse
+ * into todo (LOOK_COLLAPSES), their count returned. */
+static unsigned look_pass(mtpi_pool_t *pool, char **todo) {
+  size_t left = pool->large_looking;
+  unsigned n = 0;
+  uint64_t now_ms = mtp__os_now_ms();
+  for (mtpi_node_t *it = pool->large; it != NULL && left != 0; it = it->next) {
+    mtpi_large_t *rec = mtp__large_rec_of(it);
+    if (rec->look_backoff_ms == 0) continue;
+    left--;
+    if (rec->look_next_ms > now_ms) continue;
+    look_one(pool, rec, todo, &n);
+    rec->look_next_ms = now_ms + rec->look_backoff_ms;
+    if (rec->look_backoff_ms >= LOOK_LAST_MS)
+      mtp__large_look_stop(pool, rec);
+    else
+      rec->look_backoff_ms *= 2;
   }
+  return n;
+}
+
+size_t mtp__large_grow_huge(mtpi_pool_t *pool, size_t new_size) {
+  return mtp__large_fresh_advice(pool, new_size) == 1 ? huge_size() : 0;
 }
 
 /* Large lock held: `size` bytes off the reserve's head (and *origin), or NULL. */
 static char *reserve_carve(mtpi_pool_t *pool, size_t size, uint64_t *origin) {
   if (pool->large_reserve_left < size) return NULL;
-  reserve_advise(pool);
   char *m = pool->large_reserve;
   pool->large_reserve += size;
   pool->large_reserve_left -= size;
@@ -350,19 +293,17 @@ char *mtp__large_reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin) 
   char *m = reserve_carve(pool, size, origin);
   pthread_mutex_unlock(&mtp__large_lock);
   if (m != NULL) return m;
-  size_t hsize = reserve_huge_size();
+  size_t hsize = huge_size();
   char *fresh = mtp__os_map(MTP_LARGE_RESERVE_BYTES, hsize ? hsize : mtp__os_page_size());
   if (fresh == NULL) return NULL;
-  /* never huge while the mode or auto says no, so that THP "always" does not decide for us */
-  if (hsize != 0) (void)mtp__os_huge_advise(fresh, MTP_LARGE_RESERVE_BYTES, false);
+  int advice = mtp__large_fresh_advice(pool, MTP_LARGE_RESERVE_BYTES);
+  if (advice >= 0) (void)mtp__os_huge_advise(fresh, MTP_LARGE_RESERVE_BYTES, advice == 1);
   pthread_mutex_lock(&mtp__large_lock);
   char *old = pool->large_reserve; /* another thread's, if two ran short at once */
   size_t old_left = pool->large_reserve_left;
   pool->large_reserve = fresh;
   pool->large_reserve_left = MTP_LARGE_RESERVE_BYTES;
   pool->large_reserve_origin = ++mtp__large_origin_count;
-  pool->large_reserve_huge = false;
-  pool->large_freed_sampled = pool->large_freed_resident = 0; /* a new window */
   m = reserve_carve(pool, size, origin);
   pthread_mutex_unlock(&mtp__large_lock);
   if (old_left != 0) (void)mtp__os_unmap(old, old_left); /* never touched: nothing to count */
@@ -375,7 +316,6 @@ void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len) {
   *len = pool->large_reserve_left;
   pool->large_reserve = NULL;
   pool->large_reserve_left = 0;
-  pool->large_reserve_huge = false;
 }
 
 /* The freed pattern (base/fill.h) on a cached range's first bytes. Every record entering the
@@ -443,9 +383,9 @@ mtpi_large_t *mtp__large_cache_take(mtpi_pool_t *pool, size_t need, size_t align
   uncache(pool, fit);
   /* a range of whole huge pages for a block the pool would map huge on its own stays so (large.c:
    * own_length): the block takes whole huge pages too */
-  size_t cut = need, h = reserve_huge_size();
+  size_t cut = need, h = huge_size();
   if (h != 0 && need > MTP_LARGE_RESERVE_TAKE_MAX && ((uintptr_t)fit->map & (h - 1)) == 0 &&
-      (fit->map_size & (h - 1)) == 0 && own_huge(pool, need, true) == MTP_OWN_HUGE)
+      (fit->map_size & (h - 1)) == 0 && mtp__large_fresh_advice(pool, need) == 1)
     cut = (need + h - 1) & ~(h - 1);
   if (fit->map_size - cut > need / 16) {
     /* the head for the block, the tail stays cached (no record to be had: the whole range) */
@@ -537,8 +477,10 @@ bool mtp__large_quarantine_put(mtpi_pool_t *pool, mtpi_large_t *rec, mtpi_large_
   return true;
 }
 
-size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool *left) {
+size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool collapse, bool *left) {
   mtpi_large_t *evict = NULL;
+  char *todo[LOOK_COLLAPSES];
+  unsigned n_todo = 0;
   pthread_mutex_lock(&mtp__large_lock);
   mtpi_node_t *next;
   for (mtpi_node_t *it = pool->large_cache; it; it = next) {
@@ -549,12 +491,15 @@ size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool *left) {
     rec->hash_next = evict;
     evict = rec;
   }
-  if (pool->large_judging != 0) judge_pass(pool);
-  if (left) *left = pool->large_cache != NULL || pool->large_judging != 0;
+  if (collapse && pool->large_looking != 0) n_todo = look_pass(pool, todo);
+  if (left) *left = pool->large_cache != NULL || pool->large_looking != 0;
   char *rest = NULL;
   size_t rest_len = 0;
   if (older_than_ms == UINT64_MAX) mtp__large_reserve_drop(pool, &rest, &rest_len); /* trim */
   pthread_mutex_unlock(&mtp__large_lock);
+  /* Collapsed without the lock: a collapse changes no byte of whatever holds the range now (a
+   * block freed meanwhile: its range is cached, or unmapped and the call fails). */
+  for (unsigned k = 0; k < n_todo; k++) (void)mtp__os_huge_collapse(todo[k], huge_size());
   if (rest_len != 0) (void)mtp__os_unmap(rest, rest_len);
   return mtp__large_unmap_list(evict); /* counted in bytes_returned there */
 }

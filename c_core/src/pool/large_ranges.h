@@ -13,8 +13,6 @@
 /* Blocks up to 4 MiB are carved; bigger ones, which programs keep few of and may barely touch, are
  * mapped on their own: carved, they held more memory resident (bench/results/notes.md: large.c). */
 #define MTP_LARGE_RESERVE_TAKE_MAX (MTP_LARGE_RESERVE_BYTES / 16)
-/* Auto huge pages: the freed bytes whose residency decides the reserve's advice (large_ranges.c). */
-#define MTP_LARGE_SAMPLE_BYTES ((size_t)2 << 20)
 
 static inline mtpi_large_t *mtp__large_rec_of(mtpi_node_t *n) {
   return MTP_CONTAINER(n, mtpi_large_t, link);
@@ -40,27 +38,18 @@ size_t mtp__large_unmap_list(mtpi_large_t *list);
 /* No lock held: a fresh range of `size` bytes from pool's reserve, or NULL. */
 char *mtp__large_reserve_take(mtpi_pool_t *pool, size_t size, uint64_t *origin);
 void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len);
-/* The advice for a range mapped for one block (one not carved from the reserve). */
-enum { MTP_OWN_NEVER = -1, MTP_OWN_NONE = 0, MTP_OWN_HUGE = 1, MTP_OWN_JUDGE = 2 };
-/* Large lock not held: MTP_OWN_HUGE (map it aligned to the huge page size and advise it huge),
- * NEVER (advise it never huge), NONE (the system decides), or JUDGE (as NONE, aligned, and
- * judged by its use on the purge passes that follow: mtp__large_judge_start). */
-int mtp__large_own_huge(mtpi_pool_t *pool, size_t size);
-/* rec was just made LIVE on a range mapped for it, advised MTP_OWN_JUDGE: judge it on the purge
- * passes (large_alloc's caller wakes the purger: mtp__purger_judge). */
-void mtp__large_judge_start(mtpi_pool_t *pool, mtpi_large_t *rec);
-/* rec leaves the LIVE records, or its range changes without the lock held: no more judging. */
-void mtp__large_judge_stop(mtpi_pool_t *pool, mtpi_large_t *rec);
-/* After such a change: judged again until until_ms, as before it (if the purger went idle
- * meanwhile, its next wake brings the next look). */
-void mtp__large_judge_resume(mtpi_pool_t *pool, mtpi_large_t *rec, uint64_t until_ms);
-/* [map, map + size), a block just freed into the cache (still mapped: the lock is held): how much
- * of it is resident, towards auto's advice for the reserve, while that is undecided. */
-void mtp__large_sample_freed(mtpi_pool_t *pool, const char *map, size_t size);
-/* No lock held; [map, map + old_size) a block the caller is about to grow to new_size by a system
- * call: the huge page size if its new range should be aligned to huge pages and advised huge,
- * else 0. */
-size_t mtp__large_grow_huge(const char *map, size_t old_size, size_t new_size);
+/* Huge pages (large_ranges.c): the huge page size where large blocks may have them, else 0; the
+ * advice fresh large memory of `size` bytes gets in pool (mtp__huge_fresh_advice; -1 below a huge
+ * page); the huge page size if a block realloc grows to new_size by a system call is to move to
+ * a range aligned to huge pages, its room rounded up to them, and advised huge, else 0. */
+size_t mtp__large_huge_size(void);
+int mtp__large_fresh_advice(mtpi_pool_t *pool, size_t size);
+size_t mtp__large_grow_huge(mtpi_pool_t *pool, size_t new_size);
+/* rec was just made LIVE: looked at on the purge passes that follow if it is a huge range or more
+ * (large_alloc's caller wakes the purger: mtp__purger_look); stop: rec leaves the LIVE records,
+ * or its range changes without the lock held. */
+void mtp__large_look_start(mtpi_pool_t *pool, mtpi_large_t *rec);
+void mtp__large_look_stop(mtpi_pool_t *pool, mtpi_large_t *rec);
 void mtp__large_drop_cached(mtpi_pool_t *pool, mtpi_large_t *rec);
 /* Large lock not held: whether the freed pattern on a range just taken from the cache is intact. */
 bool mtp__large_freed_fill_ok(mtpi_large_t *rec);

@@ -173,7 +173,7 @@ bool mtp__medium_resize(void *p, size_t size, bool *due) {
     mtp__region_shrink_run(&pool->rs, s, want, freed_at);
     /* the freed tail as mtp__pool_release_locked treats freed pages */
     if (pool->purge_delay_ms == 0)
-      (void)mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false, NULL);
+      (void)mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false, false, NULL);
     else
       mtp__pool_note_free_pages(pool);
   } else if (want > old) {

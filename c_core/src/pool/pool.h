@@ -128,9 +128,9 @@ void mtp__pool_release_empty_locked(mtpi_pool_t *p, uint64_t cutoff);
 void mtp__purger_wake(void);
 /* From now on wakes start and signal the purge thread. Any lock may be held. */
 void mtp__purger_eager(void);
-/* A large block is to be judged on the purge passes: the purge thread is started (eager) and
- * woken. No lock held. */
-void mtp__purger_judge(void);
+/* A large block is to be looked at on the purge passes (for dense huge ranges, large_ranges.c):
+ * the purge thread is started (eager) and woken. No lock held. */
+void mtp__purger_look(void);
 /* Return every empty page of p now, cached slabs included. Returns the bytes returned. */
 size_t mtp__pool_trim(mtpi_pool_t *p);
 /* mtp__pool_trim for every live pool, under the registry lock. */
@@ -253,13 +253,13 @@ void mtp__packed_validate(const mtpi_desc_t *s);
 
 /* ---- large blocks (large.c; a freed block's range is cached: large_ranges.c) ---- */
 /* A large block of size bytes (a cached mapping or a new one). NULL + ENOMEM. No lock held.
- * judge: NULL, or set to true when the block is to be judged for huge pages on the purge passes
- * (large_ranges.c): the caller then calls mtp__purger_judge, holding no lock. */
-void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment, bool *judge);
+ * look: NULL, or set to true when the block is to be looked at for dense huge ranges on the
+ * purge passes (large_ranges.c): the caller then calls mtp__purger_look, holding no lock. */
+void *mtp__large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment, bool *look);
 /* The same, zeroed (calloc), for a pool that is not checked; a fresh mapping is not written. */
-void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size, bool *judge);
+void *mtp__large_alloc_zero(mtpi_pool_t *pool, size_t size, bool *look);
 /* The same, with room for `room` bytes more in its mapping (a block that realloc grows). */
-void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room, bool *judge);
+void *mtp__large_alloc_room(mtpi_pool_t *pool, size_t size, size_t room, bool *look);
 /* Frees p if it is a large block (checking size if sized). Returns MTP_LARGE_NOT if it is not a
  * large block, MTP_LARGE_CACHED if its mapping was cached and the caller must wake the purge
  * thread (mtp__purger_wake), else MTP_LARGE_FREED (freed, or misuse
@@ -278,10 +278,14 @@ size_t mtp__large_verify(mtpi_pool_t *pool, void (*found)(void *ctx, void *p, si
  * it shrinks by more than a quarter. Returns the block's (maybe new) address, or NULL if it could
  * not (p not such a block, or the OS refused): p is then unchanged. No lock held. */
 void *mtp__large_resize(void *p, size_t size, size_t room);
-/* Unmap the pool's cached mappings freed at or before older_than_ms (UINT64_MAX: all); *left (if
- * not NULL): whether some stay cached. Returns the bytes returned (counted in bytes_returned).
- * Takes the large lock; may be called with the registry and pool locks held. */
-size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool *left);
+/* Unmap the pool's cached mappings freed at or before older_than_ms (UINT64_MAX: all); collapse:
+ * look at LIVE blocks due a look and collapse their dense huge ranges (the purge thread's passes:
+ * large_ranges.c); *left (if not NULL): whether some stay cached or are to be looked at. Returns
+ * the bytes returned (counted in bytes_returned). Takes the large lock; called with no pool lock
+ * held (the registry lock may be). */
+size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool collapse, bool *left);
+/* Large lock held: no LIVE block is to be looked at any more (a fork's child). */
+void mtp__large_forget_looks(mtpi_pool_t *pool);
 void mtp__large_destroy_pool(mtpi_pool_t *pool);
 extern pthread_mutex_t mtp__large_lock;
 

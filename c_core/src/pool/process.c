@@ -76,6 +76,13 @@ void mtp__fork_child(void) {
   /* Only the forking thread lives on. Heaps of the other threads keep their slabs (their blocks
    * can still be freed here, by the remote path) and their caches, which unlock_all releases. */
   mtp__purger_reset_child();
+  /* No looks for huge pages the parent had pending: they would start a purge thread in a child
+   * that may only exec, before it allocates anything itself. */
+  for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
+    mtpi_pool_t *p = mtp__pool_from_reg(it);
+    mtp__region_forget_looks(&p->rs);
+    mtp__large_forget_looks(p);
+  }
   unlock_all();
   pthread_mutex_unlock(&mtp__purger_create_lock);
 }

@@ -58,8 +58,9 @@ static size_t cache_bytes(mtpi_member_t *m) {
 
 /* Pool lock held, dropped across the OS calls of the packed and region purges (the registry
  * lock, which every caller holds, keeps the pool alive meanwhile): purge what is due at now (all if
- * force). *pending (if not NULL): set if something is left that a later pass will find due. */
-static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending) {
+ * force); collapse: dense ranges into huge pages too (the purge thread's passes only).
+ * *pending (if not NULL): set if something is left that a later pass will find due. */
+static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool collapse, bool *pending) {
   size_t n = 0;
   uint64_t cutoff = force ? UINT64_MAX
                     : (p->purge_delay_ms < 0 || (uint64_t)p->purge_delay_ms > now)
@@ -71,15 +72,16 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool *pending
   mtp__pool_release_empty_locked(p, cutoff);
   bool packed_left = false; /* before the regions: an empty span goes back to its region */
   n += mtp__packed_purge(p, now, cutoff, force, &packed_left);
-  n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force, &p->lock);
+  n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force, collapse, &p->lock);
   /* cached large ranges, under the large lock alone: counted in bytes_returned, and stamped
    * early, by large_ranges.c */
   bool large_left = false;
   pthread_mutex_unlock(&p->lock);
-  n += mtp__large_purge(p, cutoff, &large_left);
+  n += mtp__large_purge(p, cutoff, collapse, &large_left);
   pthread_mutex_lock(&p->lock);
   if (pending) {
-    bool left = large_left || packed_left || p->empty_bytes != 0 || mtp__region_dirty_left(&p->rs);
+    bool left = large_left || packed_left || p->empty_bytes != 0 ||
+                mtp__region_dirty_left(&p->rs) || mtp__region_looks_left(&p->rs);
     for (mtpi_node_t *it = p->members; it && !left; it = it->next) left = cache_bytes(member_of(it)) != 0;
     *pending = *pending || (left && p->purge_delay_ms >= 0);
   }
@@ -99,7 +101,7 @@ static size_t waiting_locked(mtpi_pool_t *p) {
 size_t mtp__pool_trim(mtpi_pool_t *p) {
   pthread_mutex_lock(&mtp__registry_lock);
   mtp__pool_lock(p);
-  size_t n = purge_pool(p, mtp__os_now_ms(), true, NULL);
+  size_t n = purge_pool(p, mtp__os_now_ms(), true, false, NULL);
   mtp__pool_unlock_quiet(p); /* everything was purged */
   pthread_mutex_unlock(&mtp__registry_lock);
   return n;
@@ -112,7 +114,7 @@ size_t mtp__pool_trim_all(void) {
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     mtp__pool_lock(p);
-    n += purge_pool(p, now, true, NULL);
+    n += purge_pool(p, now, true, false, NULL);
     mtp__pool_unlock_quiet(p); /* everything was purged */
   }
   pthread_mutex_unlock(&mtp__registry_lock);
@@ -185,7 +187,7 @@ static bool purge_all_pass(void) {
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     mtp__pool_lock(p);
-    purge_pool(p, now, false, &pending);
+    purge_pool(p, now, false, true, &pending);
     mtp__pool_unlock_quiet(p); /* this thread is the one a wake would start */
   }
   pthread_mutex_unlock(&mtp__registry_lock);
@@ -231,19 +233,21 @@ static bool wake_inline(void) {
   }
   uint64_t now = mtp__os_now_ms();
   size_t held = 0;
+  bool looks = false; /* ranges to look at for huge pages: the thread's work alone (a copy) */
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     if (p->purge_delay_ms <= 0) continue; /* at once, or never: nothing waits for a thread */
     mtp__pool_lock(p);
-    purge_pool(p, now, false, NULL);
+    purge_pool(p, now, false, false, NULL);
     held += waiting_locked(p);
+    looks = looks || mtp__region_looks_left(&p->rs);
     mtp__pool_unlock_quiet(p); /* this is the wake */
     pthread_mutex_lock(&mtp__large_lock);
     held += p->large_cached_bytes;
     pthread_mutex_unlock(&mtp__large_lock);
   }
   pthread_mutex_unlock(&mtp__registry_lock);
-  if (held < PURGER_START_BYTES) return false;
+  if (held < PURGER_START_BYTES && !looks) return false;
   mtp__purger_eager();
   return true;
 }
@@ -296,7 +300,7 @@ void mtp__purger_wake(void) {
   if (!ok) mtp__int_store_seq_cst(&purger_idle, 1);
 }
 
-void mtp__purger_judge(void) {
+void mtp__purger_look(void) {
   mtp__purger_eager();
   mtp__purger_wake();
 }

@@ -20,6 +20,10 @@ void mtp__pool_lock(mtpi_pool_t *p) { pthread_mutex_lock(&p->lock); }
 bool mtp__pool_unlock(mtpi_pool_t *p) {
   bool due = p->purge_due;
   p->purge_due = false;
+  if (p->rs.dense_news) { /* a range to look at for a huge page: the purge passes' work */
+    p->rs.dense_news = false;
+    due = due || p->purge_delay_ms > 0; /* a pool without them has only fresh memory's advice */
+  }
   pthread_mutex_unlock(&p->lock);
   return due;
 }

@@ -99,7 +99,7 @@ void mtp__pool_release_locked(mtpi_pool_t *p, mtpi_desc_t *s, uint64_t now_ms) {
   }
   mtp__region_free_run(&p->rs, s, now_ms);
   if (p->purge_delay_ms == 0)
-    (void)mtp__region_purge(&p->rs, now_ms, 0, false, NULL);
+    (void)mtp__region_purge(&p->rs, now_ms, 0, false, false, NULL);
   else
     mtp__pool_note_free_pages(p);
 }

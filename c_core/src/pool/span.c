@@ -35,7 +35,7 @@ void mtp__span_release(mtpi_pool_t *pool, mtpi_desc_t *s) {
   mtp__span_unbin(pool, s);
   mtp__region_free_run(&pool->rs, s, s->free_time_ms);
   if (pool->purge_delay_ms == 0) /* as mtp__pool_release_locked treats freed pages */
-    (void)mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false, NULL);
+    (void)mtp__region_purge(&pool->rs, mtp__os_now_ms(), 0, false, false, NULL);
   else
     mtp__pool_note_free_pages(pool);
 }
@@ -59,14 +59,13 @@ typedef struct pk_batch {
  * dirty units were all free at the span's last pass (aged: free since then, so the freshly freed
  * units a busy span reuses stay), or every free one if all (no release since the cutoff, or a
  * trim). The free units still dirty are the next pass's; returns whether some OS page lies among
- * them (or false with nothing taken if b has no room for s's ranges: b->full). Not in a region
- * advised for huge pages: one huge page backs the span's pages in use too, and the region purges
- * a huge range only once all of it is free (region.h). */
+ * them (or false with nothing taken if b has no room for s's ranges: b->full). Not in a huge
+ * range: one huge page backs the span's pages in use too, and the region purges a huge range as
+ * one (region.h). */
 static bool span_begin(mtpi_pool_t *pool, mtpi_desc_t *s, bool all, pk_batch_t *b) {
   mtpi_span_t *m = mtp__span_map(s);
   size_t os = mtp__os_page_size();
-  if (os < MTP_UNIT_SIZE || os > MTP_PAGE_SIZE || mtp__region_of_desc(s)->h.huge_pages != 0)
-    return false;
+  if (os < MTP_UNIT_SIZE || os > MTP_PAGE_SIZE || mtp__run_huge(s)) return false;
   unsigned per = (unsigned)(os >> MTP_UNIT_SHIFT), first = b->n; /* per: units an OS page */
   uint64_t ok[MTP_SPAN_WORDS];                                    /* 1: a unit that may go */
   for (unsigned w = 0; w < MTP_SPAN_WORDS; w++)

@@ -12,22 +12,25 @@
 #include "base/os.h"
 
 /* A batch: what a purge takes out of the free pages under the pool lock, for the OS calls made
- * without it. An op purges pages `bits` of region r (runs of
- * consecutive pages, one call each), after advising the huge range `range` ADVISE_SPLIT (small
- * pages for good) or before advising it ADVISE_JOIN (huge again); `done` is what the OS took.
- * unmap: regions taken out of their set, free and clean, to be unmapped. Written by the one
- * thread that runs the purge. */
-enum { ADVISE_NONE = 0, ADVISE_SPLIT = 1, ADVISE_JOIN = 2 };
+ * without it. An op purges pages `bits` of region r (runs of consecutive pages, one call each),
+ * after advising the huge range `range` ADVISE_SPLIT (small pages) or before advising it
+ * ADVISE_JOIN (huge again); ADVISE_COLLAPSE looks whether `range` is dense and makes it one huge
+ * page if it is. done: the pages the OS took; advised: the advice was taken (or none was asked).
+ * Every op pins its region. unmap: regions taken out of their set, free and clean, to be
+ * unmapped. Written by the one thread that runs the purge. */
+enum { ADVISE_NONE = 0, ADVISE_SPLIT = 1, ADVISE_JOIN = 2, ADVISE_COLLAPSE = 3 };
 #define BATCH_OPS 32
 #define BATCH_UNMAPS 8
+#define BATCH_COLLAPSES 8 /* a collapse copies up to a huge page: a few a batch */
 typedef struct purge_op {
   mtpi_region_t *r;
   uint64_t bits, dirty, range, done;
   uint8_t advise;
-  bool advised; /* the advice was taken (or none was asked) */
+  bool advised;
+  bool sparse; /* a split of a range in use: its pool's memory counts as sparse */
 } purge_op_t;
 typedef struct purge_batch {
-  unsigned n, n_unmap;
+  unsigned n, n_unmap, n_collapse;
   bool full; /* more was due than the batch holds: another batch follows */
   purge_op_t op[BATCH_OPS];
   mtpi_region_t *unmap[BATCH_UNMAPS];
@@ -42,71 +45,106 @@ static bool page_due(const mtpi_desc_t *d, uint64_t now_ms, long delay, bool for
 /* Pages `bits` of r (free) go out with a new op of b; false (nothing taken) when b is full. */
 static bool op_add(purge_batch_t *b, mtpi_region_t *r, uint64_t bits, uint64_t range,
                    uint8_t advise) {
-  if (b->n == BATCH_OPS) {
+  if (b->n == BATCH_OPS || (advise == ADVISE_COLLAPSE && b->n_collapse == BATCH_COLLAPSES)) {
     b->full = true;
     return false;
   }
   MTP_ASSERT((r->h.free_mask[0] & bits) == bits);
   r->h.free_mask[0] &= ~bits;
   r->h.busy_mask[0] |= bits;
+  r->h.pinned++;
+  b->n_collapse += advise == ADVISE_COLLAPSE;
   b->op[b->n++] = (purge_op_t){.r = r, .bits = bits, .dirty = r->h.dirty_mask[0] & bits,
-                                    .range = range, .advise = advise};
+                               .range = range, .advise = advise};
   return true;
 }
 
-/* The huge ranges of r (advised for huge pages). A range is purged in one step once every dirty
- * page in it is due, so that a huge page is split once at most, not page by page:
- *  - all its pages free: one call for the whole range (its never-touched pages may be resident
- *    too, faulted in with the huge page), and a range split earlier is advised huge again;
- *  - some in use: advised MADV_NOHUGEPAGE (split for good, so that khugepaged, which here fills
- *    a range with as few as one page present, does not make it resident again), then its free
- *    pages, clean ones included, purged; from then on it is purged page by page, as a region
- *    without huge pages, until it is all free again.
- * A range with a busy page is another purge's. Returns the mask of huge ranges dealt with here
+/* Whether every dirty page of `bits` is due (true if none is dirty). */
+static bool all_due(const mtpi_region_t *r, uint64_t bits, uint64_t now_ms, long delay, bool force) {
+  for (uint64_t w = r->h.dirty_mask[0] & bits; w != 0; w &= w - 1)
+    if (!page_due(&r->pages[__builtin_ctzll(w)], now_ms, delay, force)) return false;
+  return true;
+}
+
+/* The huge ranges of r (the rule: base.h). A huge range (huge_mask) is purged as one, so that its
+ * huge page is split once at most, not page by page:
+ *  - all its pages free and its dirty ones due: one call for the whole range (its never-touched
+ *    pages may be resident too, faulted in with the huge page); it stays advised huge while its
+ *    pool grows densely (fresh memory's advice), else goes back to small pages;
+ *  - some in use: kept whole while fewer than 1/8 of its pages are free (a huge page is worth that
+ *    much left over; not on a forced purge, a trim); past that, once its free pages are due, split (MADV_NOHUGEPAGE, so that
+ *    khugepaged, which fills a range with as few as one page present, does not make it resident
+ *    again) and its free pages, clean ones included, purged: sparse, as is its pool's growth.
+ * A range that is not huge is purged page by page (the caller), and (collapse) looked at when its
+ * pages in runs reach 7/8: ADVISE_COLLAPSE; an all-free one is advised huge when fresh memory is.
+ * A range with a busy page is another purge's. Returns the mask of ranges dealt with here
  * (taken, or waiting): the page-by-page pass skips them. */
-static uint64_t huge_begin(mtpi_region_t *r, uint64_t now_ms, long delay, bool force,
-                           purge_batch_t *b) {
-  unsigned hp = r->h.huge_pages;
+static uint64_t huge_begin(mtpi_rset_t *rs, mtpi_region_t *r, uint64_t now_ms, long delay,
+                           bool force, bool collapse, purge_batch_t *b) {
+  unsigned hp = mtp__huge_range_pages(rs);
   uint64_t handled = 0;
-  for (unsigned i = 0; hp != 0 && i + hp <= MTP_PAGES_PER_REGION; i += hp) {
+  bool grow = mtp__huge_fresh_advice(rs->huge_grow) == 1, looked = false;
+  for (unsigned i = 0; hp != 0 && i + hp <= MTP_PAGES_PER_REGION && !b->full; i += hp) {
     uint64_t bits = mtp__run_mask(i, hp), free = r->h.free_mask[0] & bits;
-    bool all_free = free == bits, split = (r->h.huge_split[0] & bits) != 0;
+    bool all_free = free == bits;
     if (r->h.busy_mask[0] & bits) {
       handled |= bits;
       continue;
     }
-    if (split && !all_free) continue; /* small pages now: the page-by-page pass */
+    if ((r->h.huge_mask[0] & bits) != bits) { /* small pages */
+      unsigned in_runs = hp - (unsigned)__builtin_popcountll(free);
+      if (all_free && grow && (r->h.dirty_mask[0] & bits) == 0 &&
+          r->h.free_pages != MTP_REGION_USABLE_PAGES) { /* fresh: huge at the fault (a region all
+                                                           * free is unmapped instead) */
+        handled |= bits;
+        (void)op_add(b, r, 0, bits, ADVISE_JOIN);
+      } else if (collapse && r->h.dense_backoff_ms != 0 && r->h.dense_check_ms <= now_ms &&
+                 in_runs * MTP_HUGE_DENSE_DEN >= hp * MTP_HUGE_DENSE_NUM) {
+        looked = op_add(b, r, 0, bits, ADVISE_COLLAPSE) || looked;
+      }
+      continue;
+    }
     handled |= bits;
-    uint64_t dirty = r->h.dirty_mask[0] & bits;
-    if (dirty == 0) continue;
-    bool due = true;
-    for (uint64_t w = dirty; w != 0 && due; w &= w - 1)
-      due = page_due(&r->pages[__builtin_ctzll(w)], now_ms, delay, force);
-    if (!due) continue;
-    if (!op_add(b, r, free, bits, all_free ? (split ? ADVISE_JOIN : ADVISE_NONE)
-                                           : ADVISE_SPLIT))
-      break;
+    if ((r->h.dirty_mask[0] & bits) == 0 && !all_free) continue;
+    if (!all_due(r, bits, now_ms, delay, force)) continue;
+    if (all_free) { /* no advice where the whole region is free: it is unmapped next */
+      bool whole = r->h.free_pages == MTP_REGION_USABLE_PAGES;
+      if ((r->h.dirty_mask[0] & bits) != 0)
+        (void)op_add(b, r, bits, bits, grow || whole ? ADVISE_NONE : ADVISE_SPLIT);
+      else if (!grow && !whole)
+        (void)op_add(b, r, 0, bits, ADVISE_SPLIT);
+    } else {
+      bool sparse = (unsigned)__builtin_popcountll(free) * MTP_HUGE_DENSE_DEN >=
+                    hp * (MTP_HUGE_DENSE_DEN - MTP_HUGE_DENSE_NUM);
+      if ((sparse || force) && op_add(b, r, free, bits, ADVISE_SPLIT)) /* force: a trim, all back */
+        b->op[b->n - 1].sparse = sparse;
+    }
+  }
+  /* the looks at a region's dense ranges back off together */
+  if (looked) {
+    r->h.dense_check_ms = now_ms + r->h.dense_backoff_ms;
+    r->h.dense_backoff_ms = r->h.dense_backoff_ms >= DENSE_LAST_MS ? 0 : r->h.dense_backoff_ms * 2;
   }
   return handled;
 }
 
-static void purge_begin(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force,
-                             purge_batch_t *b) {
-  b->n = b->n_unmap = 0;
+static void purge_begin(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force, bool collapse,
+                        purge_batch_t *b) {
+  b->n = b->n_unmap = b->n_collapse = 0;
   b->full = false;
   mtpi_region_t *next;
   for (mtpi_region_t *r = mtp__region_first(rs); r && !b->full; r = next) {
     next = mtp__region_next(r);
-    if (r->h.free_pages == 0) break; /* the rest are full */
-    uint64_t w = r->h.dirty_mask[0] & r->h.free_mask[0] & ~huge_begin(r, now_ms, delay, force, b);
-    uint64_t due = 0;
+    uint64_t handled = huge_begin(rs, r, now_ms, delay, force, collapse, b);
+    if (b->full) break;
+    uint64_t w = r->h.dirty_mask[0] & r->h.free_mask[0] & ~handled, due = 0;
     for (; w != 0; w &= w - 1) {
       unsigned i = (unsigned)__builtin_ctzll(w);
       if (page_due(&r->pages[i], now_ms, delay, force)) due |= (uint64_t)1 << i;
     }
     if (due != 0 && !op_add(b, r, due, 0, ADVISE_NONE)) break;
     if (r->h.free_pages == MTP_REGION_USABLE_PAGES && r->h.busy_mask[0] == 0 &&
-        r->h.dirty_mask[0] == 0 && r->h.claim == NULL) {
+        r->h.dirty_mask[0] == 0 && r->h.claim == NULL && r->h.pinned == 0) {
       if (b->n_unmap == BATCH_UNMAPS) {
         b->full = true;
         break;
@@ -130,6 +168,15 @@ static void purge_runs(purge_op_t *op) {
   }
 }
 
+/* Whether [at, at + len) is dense: MTP_HUGE_DENSE_NUM/DEN of its OS pages resident. */
+static bool resident_dense(char *at, size_t len) {
+  unsigned char vec[MTP_REGION_SIZE / 2 / 4096];
+  size_t os = mtp__os_page_size(), n = len / os, got = 0;
+  if (n > sizeof vec || mtp__os_resident_map(at, len, vec) != 0) return false;
+  for (size_t i = 0; i < n; i++) got += vec[i];
+  return got * MTP_HUGE_DENSE_DEN >= n * MTP_HUGE_DENSE_NUM;
+}
+
 static void purge_run(purge_batch_t *b) {
   for (unsigned k = 0; k < b->n; k++) {
     purge_op_t *op = &b->op[k];
@@ -138,24 +185,35 @@ static void purge_run(purge_batch_t *b) {
     size_t range_len = (size_t)__builtin_popcountll(op->range) << MTP_PAGE_SHIFT;
     op->done = 0;
     op->advised = true;
-    /* Refused (a kernel out of memory for the split): nothing purged, tried again later. */
-    if (op->advise == ADVISE_SPLIT && mtp__os_huge_advise(range, range_len, false) != 0) {
-      op->advised = false;
-      continue;
-    }
-    purge_runs(op);
-    if (op->advise == ADVISE_JOIN)
+    switch (op->advise) {
+    case ADVISE_COLLAPSE: /* advised huge first only where the collapse is refused for advice */
+      op->advised = resident_dense(range, range_len) &&
+                    (mtp__os_huge_collapse(range, range_len) == 0 ||
+                     (mtp__os_huge_advise(range, range_len, true) == 0 &&
+                      mtp__os_huge_collapse(range, range_len) == 0));
+      break;
+    case ADVISE_SPLIT: /* refused (a kernel out of memory for the split): tried again later */
+      op->advised = mtp__os_huge_advise(range, range_len, false) == 0;
+      if (op->advised) purge_runs(op);
+      break;
+    case ADVISE_JOIN:
+      purge_runs(op);
       op->advised = op->done == op->bits && mtp__os_huge_advise(range, range_len, true) == 0;
+      break;
+    default:
+      purge_runs(op);
+    }
   }
   for (unsigned k = 0; k < b->n_unmap; k++) mtp__region_unmap(b->unmap[k]);
 }
 
-static size_t purge_end(mtpi_rset_t *rs, purge_batch_t *b) {
+static size_t purge_end(mtpi_rset_t *rs, purge_batch_t *b, uint64_t now_ms) {
   size_t returned = (size_t)b->n_unmap * MTP_REGION_META_BYTES; /* their headers go too */
   for (unsigned k = 0; k < b->n; k++) {
     purge_op_t *op = &b->op[k];
     mtpi_region_t *r = op->r;
-    MTP_ASSERT((r->h.busy_mask[0] & op->bits) == op->bits);
+    MTP_ASSERT((r->h.busy_mask[0] & op->bits) == op->bits && r->h.pinned > 0);
+    r->h.pinned--;
     r->h.busy_mask[0] &= ~op->bits;
     r->h.free_mask[0] |= op->bits;
     /* the pages that were dirty count: clean ones were counted already */
@@ -163,29 +221,44 @@ static size_t purge_end(mtpi_rset_t *rs, purge_batch_t *b) {
     r->h.dirty_mask[0] &= ~op->done;
     rs->clean_bytes += len;
     returned += len;
-    if (op->advise == ADVISE_SPLIT && op->advised) r->h.huge_split[0] |= op->range;
-    if (op->advise == ADVISE_JOIN && op->advised) r->h.huge_split[0] &= ~op->range;
+    if (!op->advised) continue;
+    if (op->advise == ADVISE_SPLIT) {
+      r->h.huge_mask[0] &= ~op->range;
+      if (op->sparse) rs->huge_grow = false; /* a range in use found sparse */
+    } else if (op->advise == ADVISE_JOIN) {
+      r->h.huge_mask[0] |= op->range;
+    } else if (op->advise == ADVISE_COLLAPSE) {
+      r->h.huge_mask[0] |= op->range;
+      rs->huge_grow = true;
+      /* its free pages are in the huge page now: resident */
+      for (uint64_t w = r->h.free_mask[0] & op->range & ~r->h.dirty_mask[0]; w; w &= w - 1) {
+        r->pages[__builtin_ctzll(w)].free_time_ms = now_ms;
+        rs->clean_bytes -= MTP_PAGE_SIZE;
+      }
+      r->h.dirty_mask[0] |= r->h.free_mask[0] & op->range;
+    }
   }
-  b->n = b->n_unmap = 0;
+  b->n = b->n_unmap = b->n_collapse = 0;
   mtp__u64_add_relaxed(&rs->returned, returned); /* before the lock is dropped: see types.h */
   return returned;
 }
 
-size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force,
+size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay, bool force, bool collapse,
                          pthread_mutex_t *drop) {
   purge_batch_t b = {.full = false};
   size_t returned = 0;
   for (unsigned round = 0;; round++) {
     /* after the batches, one more for the regions they left free and clean */
     bool tidy = round > 0 && !b.full;
-    purge_begin(rs, now_ms, tidy ? -1 : delay, force && !tidy, &b);
+    purge_begin(rs, now_ms, tidy ? -1 : delay, force && !tidy, collapse && !tidy, &b);
     if (b.n == 0 && b.n_unmap == 0) break;
     if (drop) pthread_mutex_unlock(drop);
     purge_run(&b);
     if (drop) pthread_mutex_lock(drop);
-    size_t got = purge_end(rs, &b);
+    size_t got = purge_end(rs, &b, now_ms);
     returned += got;
-    if (tidy || (b.full && got == 0)) break; /* done, or the OS refuses: a later pass's */
+    (void)got;
+    if (tidy || round == 64) break; /* done, or the OS keeps refusing: a later pass's */
   }
   return returned;
 }
@@ -200,5 +273,17 @@ size_t mtp__region_dirty_bytes(mtpi_rset_t *rs) {
 bool mtp__region_dirty_left(mtpi_rset_t *rs) {
   for (mtpi_region_t *r = mtp__region_first(rs); r && r->h.free_pages; r = mtp__region_next(r))
     if (r->h.dirty_mask[0]) return true;
+  return false;
+}
+
+void mtp__region_forget_looks(mtpi_rset_t *rs) {
+  for (mtpi_region_t *r = mtp__region_first(rs); r; r = mtp__region_next(r)) r->h.dense_backoff_ms = 0;
+  rs->dense_news = false;
+}
+
+bool mtp__region_looks_left(mtpi_rset_t *rs) {
+  if (rs->mapped_bytes < MTP_HUGE_LOOK_BYTES) return false;
+  for (mtpi_region_t *r = mtp__region_first(rs); r; r = mtp__region_next(r))
+    if (r->h.dense_backoff_ms != 0) return true;
   return false;
 }

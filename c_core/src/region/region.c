@@ -44,52 +44,11 @@ static void rlist_push_back(mtpi_rset_t *rs, mtpi_region_t *r) {
   rs->regions_tail = n;
 }
 
-/* Auto huge pages: whether the pages in use of rs's first DENSE_REGIONS regions (those not free)
- * are 7/8 resident. A program whose blocks leave most of their pages untouched (medium runs
- * rounded up to whole pages, buffers written in a corner) would have every 2 MiB it touches
- * faulted in whole (bench/results/notes.md: region.c). One mincore per region, at a new region
- * while the verdict is "not dense". */
-#define DENSE_REGIONS 16
-static bool in_use_dense(const mtpi_rset_t *rs) {
-  size_t os_page = mtp__os_page_size(), per_page = MTP_PAGE_SIZE / os_page, used = 0, resident = 0;
-  unsigned char vec[MTP_REGION_SIZE / 4096];
-  if (MTP_REGION_SIZE / os_page > sizeof vec) return false;
-  unsigned n = 0;
-  for (mtpi_node_t *it = rs->regions; it != NULL && n < DENSE_REGIONS; it = it->next, n++) {
-    mtpi_region_t *r = mtp__region_from_node(it);
-    if (mtp__os_resident_map(mtp__region_base(r), MTP_REGION_SIZE, vec) != 0) return false;
-    for (unsigned i = FIRST_PAGE; i < MTP_PAGES_PER_REGION; i++) {
-      if (r->h.free_mask[i / 64] & ((uint64_t)1 << (i % 64))) continue;
-      used += per_page;
-      for (size_t k = 0; k < per_page; k++) resident += vec[i * per_page + k];
-    }
-  }
-  return used > 0 && resident >= used / 8 * 7;
-}
-
-/* Huge pages (MTPOOL_HUGEPAGES): the region's pages are one mapping aligned to the region's size,
- * so each of its aligned huge ranges can be one huge page. Under the lock: the mtpool pages per
- * huge page if rs's next region is to be advised for huge pages, 0 if against them, -1 if it gets
- * no advice. */
-static int huge_wanted(mtpi_rset_t *rs) {
-  if (mtp__hugepages_mode() == MTP_HUGE_SYSTEM || rs->guard_free) return -1;
-  size_t hsize = mtp__os_huge_page_size();
-  /* Huge pages that are not whole mtpool pages, or that no aligned range of a region can hold,
-   * (e.g. 32 MiB or 512 MiB on 16 or 64 KiB aarch64 kernels): no advice. */
-  if (hsize < MTP_PAGE_SIZE || hsize > MTP_REGION_SIZE / 2 || (hsize & (hsize - 1)) != 0) return -1;
-  /* auto counts the pages in use or dirty, not the regions mapped: threads that each claim a
-   * region for their fresh pages map many while using a little of each; and it wants the pages
-   * in use resident whole (in_use_dense) */
-  bool huge = mtp__hugepages_due(rs->mapped_bytes - rs->clean_bytes, MTP_HUGE_AUTO_BYTES);
-  if (huge && mtp__hugepages_mode() == MTP_HUGE_AUTO && !rs->huge_dense)
-    huge = rs->huge_dense = in_use_dense(rs);
-  return huge ? (int)(hsize / MTP_PAGE_SIZE) : 0;
-}
-
-/* No lock: a new region for set rs, mapped, advised (huge_pages: huge_wanted's answer) and its
- * header made, not yet in the set (region_add); NULL + ENOMEM. The OS calls, which may wait on
- * other threads' page faults and mappings, are made here, outside the pool lock. */
-static mtpi_region_t *region_map(mtpi_rset_t *rs, bool guard_free, int huge_pages) {
+/* No lock: a new region for set rs, mapped, advised (advice: mtp__huge_fresh_advice's answer;
+ * huge ranges of hp pages) and its header made, not yet in the set; NULL + ENOMEM. The OS calls,
+ * which may wait on other threads' page faults and mappings, are made here, outside the pool
+ * lock. */
+static mtpi_region_t *region_map(mtpi_rset_t *rs, bool guard_free, int advice, unsigned hp) {
   char *map = mtp__os_map_guarded(2 * MTP_REGION_SIZE, MTP_REGION_SIZE, REGION_GUARD);
   if (map == NULL) return NULL;
   mtpi_region_t *r = (mtpi_region_t *)(map + REGION_GUARD);
@@ -107,22 +66,47 @@ static mtpi_region_t *region_map(mtpi_rset_t *rs, bool guard_free, int huge_page
   }
   r->h.free_pages = USABLE_PAGES;
   /* A hint: a kernel without transparent huge pages refuses it (EINVAL), and nothing changes. */
-  if (huge_pages >= 0 &&
-      mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, huge_pages != 0) == 0)
-    r->h.huge_pages = (uint32_t)huge_pages;
+  if (hp != 0 && advice >= 0 &&
+      mtp__os_huge_advise(mtp__region_base(r), MTP_REGION_SIZE, advice == 1) == 0 && advice == 1)
+    r->h.huge_mask[0] = ~0ull;
   mtp__track_poison(mtp__region_base(r), USABLE_PAGES * MTP_PAGE_SIZE);
   return r;
+}
+
+/* No lock: whether the pages in_runs of r (which a purge may have unmapped meanwhile: then not)
+ * are MTP_HUGE_DENSE_NUM/DEN resident. */
+static bool in_runs_dense(const mtpi_region_t *r, uint64_t in_runs) {
+  size_t os = mtp__os_page_size(), per = MTP_PAGE_SIZE / os, used = 0, resident = 0;
+  unsigned char vec[MTP_REGION_SIZE / 4096];
+  if (MTP_REGION_SIZE / os > sizeof vec ||
+      mtp__os_resident_map(mtp__region_base(r), MTP_REGION_SIZE, vec) != 0)
+    return false;
+  for (uint64_t w = in_runs; w != 0; w &= w - 1) {
+    unsigned i = (unsigned)__builtin_ctzll(w);
+    used += per;
+    for (size_t k = 0; k < per; k++) resident += vec[i * per + k];
+  }
+  return resident * MTP_HUGE_DENSE_DEN >= used * MTP_HUGE_DENSE_NUM;
 }
 
 /* Under the lock: a new region in rs, mapped with the lock dropped (drop, if not NULL: the lock
  * held, released and taken again). NULL + ENOMEM. */
 static mtpi_region_t *region_new(mtpi_rset_t *rs, pthread_mutex_t *drop) {
-  int huge_pages = huge_wanted(rs);
+  unsigned hp = mtp__huge_range_pages(rs);
   bool guard_free = rs->guard_free;
+  /* the newest region, whose use says how the pool grows (the rule: base.h) */
+  mtpi_region_t *newest = rs->newest;
+  uint64_t in_runs = newest ? ~(newest->h.free_mask[0] | newest->h.busy_mask[0]) : 0;
+  bool grow = rs->huge_grow;
   if (drop) pthread_mutex_unlock(drop);
-  mtpi_region_t *r = region_map(rs, guard_free, huge_pages);
+  bool looked = hp != 0 && mtp__huge_collapses() && __builtin_popcountll(in_runs) * MTP_HUGE_DENSE_DEN >=
+                MTP_PAGES_PER_REGION * MTP_HUGE_DENSE_NUM;
+  if (looked) grow = in_runs_dense(newest, in_runs);
+  mtpi_region_t *r = region_map(rs, guard_free, mtp__huge_fresh_advice(grow), hp);
   if (drop) pthread_mutex_lock(drop);
+  if (looked) rs->huge_grow = grow;
   if (r == NULL) return NULL;
+  rs->newest = r;
   mtp__u8_store_relaxed(&mtp__chunkmap[(uintptr_t)mtp__region_base(r) >> MTP_REGION_SHIFT], 1);
   rs->mapped_bytes += MTP_REGION_SIZE; /* its pages (the header is metadata) */
   rs->clean_bytes += USABLE_PAGES * MTP_PAGE_SIZE;
@@ -131,6 +115,7 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs, pthread_mutex_t *drop) {
 }
 
 void mtp__region_detach(mtpi_rset_t *rs, mtpi_region_t *r) {
+  if (rs->newest == r) rs->newest = NULL;
   if (mtp__region_of((uintptr_t)rs->populate_at) == r) { /* a fault-in request into it */
     rs->populate_at = NULL;
     rs->populate_len = 0;
@@ -169,16 +154,15 @@ static uint64_t runs_any(uint64_t w, unsigned k) {
   return w;
 }
 
-/* The pages of r that are resident: the dirty ones, and in a region advised for huge pages every
- * page of a huge range (not split) that holds a page in use or dirty, since one huge page backs
- * it all. Taking free pages there first fills the huge pages already faulted in before a new one
+/* The pages of r that are resident: the dirty ones, and every page of a huge range (huge_mask)
+ * that holds a page in use or dirty, since one huge page backs it all. Taking free pages there first fills the huge pages already faulted in before a new one
  * is. */
 static uint64_t resident(const mtpi_region_t *r) {
   uint64_t w = r->h.dirty_mask[0];
-  unsigned hp = r->h.huge_pages;
+  unsigned hp = mtp__huge_range_pages(r->h.set);
   for (unsigned i = 0; hp != 0 && i + hp <= 64; i += hp) {
     uint64_t bits = mtp__run_mask(i, hp);
-    if ((r->h.huge_split[0] & bits) == 0 && ((~r->h.free_mask[0] | w) & bits) != 0) w |= bits;
+    if ((r->h.huge_mask[0] & bits) == bits && ((~r->h.free_mask[0] | w) & bits) != 0) w |= bits;
   }
   return w;
 }
@@ -211,6 +195,22 @@ static mtpi_region_t *region_search(mtpi_rset_t *rs, unsigned pages, bool aligne
   return NULL;
 }
 
+void mtp__region_dense_news(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages) {
+  unsigned hp = mtp__huge_range_pages(rs);
+  if (hp == 0 || !mtp__huge_collapses()) return;
+  for (unsigned i = at / hp * hp; i < at + pages; i += hp) {
+    uint64_t bits = mtp__run_mask(i, hp);
+    unsigned in_runs = hp - (unsigned)__builtin_popcountll((r->h.free_mask[0] | r->h.busy_mask[0]) & bits);
+    if ((r->h.huge_mask[0] & bits) == bits || in_runs * MTP_HUGE_DENSE_DEN < hp * MTP_HUGE_DENSE_NUM)
+      continue;
+    if (r->h.dense_backoff_ms == 0) { /* the looks had stopped: again, from now on */
+      r->h.dense_backoff_ms = DENSE_FIRST_MS;
+      r->h.dense_check_ms = 0;
+    }
+    rs->dense_news = true;
+  }
+}
+
 /* Take pages at .. at + pages - 1 of r (all free); returns which of them were dirty (bit i for
  * page at + i). Descriptors are the caller's to set. */
 static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigned pages) {
@@ -226,6 +226,7 @@ static uint64_t take_run(mtpi_rset_t *rs, mtpi_region_t *r, unsigned at, unsigne
     r->h.dirty_mask[i / 64] &= ~bit;
   }
   r->h.free_pages -= pages;
+  mtp__region_dense_news(rs, r, at, pages);
   if (r->h.free_pages == 0) { /* full: to the back */
     rlist_remove(rs, r);
     rlist_push_back(rs, r);
@@ -336,11 +337,11 @@ mtpi_desc_t *mtp__region_alloc_slab(mtpi_rset_t *rs, unsigned pages, mtpi_region
    * heap's first slab of a class claims nothing: a thread that allocates a little takes its pages
    * beside other such threads' (else thousands of short-lived threads hold a region each, and every
    * search walks them all under the pool lock; bench/results/notes.md: region.c), while a few
-   * threads keep a region each, first slabs included. A region advised for huge pages is claimed
-   * by none: its faults are one per huge page, and threads that share the huge page being filled
+   * threads keep a region each, first slabs included. A region with huge ranges is claimed by
+   * none: its faults are one per huge page, and threads that share the huge page being filled
    * leave one partly used, not one each. */
   if (hint != NULL && (grow || rs->claimed < MTP_REGION_FREE_CLAIMS) && found != mine &&
-      found->h.claim == NULL && found->h.huge_pages == 0) {
+      found->h.claim == NULL && found->h.huge_mask[0] == 0) {
     mtp__region_unclaim(hint);
     found->h.claim = hint;
     rs->claimed++;

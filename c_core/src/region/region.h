@@ -57,6 +57,14 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
   return n ? MTP_CONTAINER(n, mtpi_region_t, h.link) : NULL;
 }
 
+/* Whether a page of d's run (d: its first descriptor) lies in a huge range (huge_mask). */
+static inline bool mtp__run_huge(const mtpi_desc_t *d) {
+  const mtpi_region_t *r = mtp__region_of_desc(d);
+  unsigned at = (unsigned)(d - r->pages), n = d->pages;
+  uint64_t bits = (n >= 64 ? ~0ull : ((uint64_t)1 << n) - 1) << at;
+  return (r->h.huge_mask[0] & bits) != 0;
+}
+
 /* Pages a region hands out: all of them (its header is out of band). */
 #define MTP_REGION_FIRST_PAGE 0u
 #define MTP_REGION_USABLE_PAGES MTP_PAGES_PER_REGION
@@ -70,7 +78,7 @@ static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
  * caller's slot for the region it claimed: pages come from there first, then resident pages
  * anywhere, then never-touched pages of an unclaimed region or a new one, which *hint then
  * claims if grow or while fewer than MTP_REGION_FREE_CLAIMS regions are claimed (never a region
- * advised for huge pages, whose huge pages already faulted in count as resident); so threads that
+ * with huge ranges, whose huge pages already faulted in count as resident); so threads that
  * grow at once fault pages in different regions. grow: the caller has filled a run of this kind
  * before (a class's second slab or later): only such runs taken from never-touched pages in a
  * row have the run and a window after it faulted in at once (see mtp__region_take_populate),
@@ -104,17 +112,24 @@ bool mtp__region_grow_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages);
 /* Shrink the run s to `pages` pages (>= 1): the pages after it become free at now_ms. */
 void mtp__region_shrink_run(mtpi_rset_t *rs, mtpi_desc_t *s, unsigned pages, uint64_t now_ms);
 /* Purge free resident pages freed at least delay_ms ago (all if force; none if delay_ms < 0 and
- * not force); unmap regions left entirely free and clean. In a region advised for huge pages
- * (MTPOOL_HUGEPAGES) a huge range is purged in one step once all its free pages are due: whole
- * when all its pages are free, else split for good (MADV_NOHUGEPAGE) until it is all free again.
- * drop (not NULL): the lock held, released across the OS calls (region/purge.c) and taken again.
- * Returns the bytes given back (a purge the OS refused is not counted), counted in rs->returned. */
+ * not force); unmap regions left entirely free and clean. Huge pages (the rule: base.h;
+ * region/purge.c): a huge range is purged as one, and split when a purge finds it sparse; with
+ * collapse, a range dense with runs is looked at (mincore) and made one huge page if its pages
+ * are resident (the caller's thread does the copy: the purge thread's, not an allocating one).
+ * drop (not NULL): the lock held, released across the OS calls and taken again. Returns the
+ * bytes given back (a purge the OS refused is not counted), counted in rs->returned. */
 size_t mtp__region_purge(mtpi_rset_t *rs, uint64_t now_ms, long delay_ms, bool force,
-                         pthread_mutex_t *drop);
+                         bool collapse, pthread_mutex_t *drop);
 /* Bytes of free pages that may be resident (what purging everything now would return). */
 size_t mtp__region_dirty_bytes(mtpi_rset_t *rs);
 /* Are free pages left resident (a later purge has work)? */
 bool mtp__region_dirty_left(mtpi_rset_t *rs);
+/* Are ranges left to look at for huge pages, in a set of MTP_HUGE_LOOK_BYTES or more mapped (the
+ * purge thread's work: a smaller program gets no thread for them)? */
+#define MTP_HUGE_LOOK_BYTES ((size_t)8 << 20)
+bool mtp__region_looks_left(mtpi_rset_t *rs);
+/* No range is to be looked at any more until a run is taken in its region (a fork's child). */
+void mtp__region_forget_looks(mtpi_rset_t *rs);
 void mtp__region_unmap_all(mtpi_rset_t *rs);
 /* Whether p lies in one of rs's regions (a walk of them: for rare checks only). */
 bool mtp__region_listed(mtpi_rset_t *rs, const mtpi_region_t *r);
