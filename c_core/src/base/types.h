@@ -7,11 +7,19 @@
  *   page         the region's 64 KiB unit (MTP_PAGE_SIZE), a whole number of OS pages.
  *   run          consecutive pages of one region, taken from and given back to it together.
  *   descriptor   the page descriptor (mtpi_desc_t), out of band in the region header; its kind
- *                says what its page is: FREE (in no run), SLAB or MEDIUM (the first page of a
- *                slab or a medium block), TAIL (a later page of a run: head names the first),
- *                HEADER (the region's own pages). mtp__run_of(p): the first descriptor of p's run.
+ *                says what its page is: FREE (in no run), SLAB, MEDIUM or PACKED (the first page
+ *                of a slab, a medium block or a packed span), TAIL (a later page of a run: head
+ *                names the first), HEADER (the region's own pages). mtp__run_of(p): the first
+ *                descriptor of p's run.
+ *   busy         a FREE page out for a purge's OS call (region/purge.c): in no run, in no search.
+ *   huge range   an aligned 2 MiB range of a region (or of a large block's range) that one huge
+ *                page may back; huge_mask: those advised MADV_HUGEPAGE (the rule: base.h).
  *   slab         a run formatted into blocks of one size class: small blocks, up to 32 KiB.
- *   medium block a run handed out as one block (32 KiB to MTP_MEDIUM_MAX; pool/medium.c).
+ *   medium block above 32 KiB, to MTP_MEDIUM_MAX: a run of whole pages of its own (pool/medium.c),
+ *                or units of a packed span.
+ *   packed span  a run of MTP_SPAN_PAGES pages cut into units, holding medium blocks of any length
+ *                in units, several to a page (pool/packed.c; as wholes: pool/span.c).
+ *   unit         a packed span's 512-byte step (MTP_UNIT_SIZE): a packed block is whole units.
  *   large block  above that: a range of its own mapping, kept in a hash (pool/large.c).
  *   pool         an independent heap of the process (struct mtp_pool): regions, slabs no thread
  *                owns, large blocks, options; the default pool serves mtp_alloc and malloc.
