@@ -57,6 +57,7 @@ static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   rec->size = size;
   rec->cached = false;
   rec->look_backoff_ms = 0;
+  rec->huge_rest = false;
   mtp__list_push(&pool->large, &rec->link);
   pool->large_count++;
   pool->large_bytes += rec->map_size;

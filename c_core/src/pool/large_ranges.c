@@ -162,8 +162,11 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
  * (mtp__large_look_start; again after LOOK_FIRST_MS, doubling up to LOOK_LAST_MS, then no more):
  * a look reads up to LOOK_BYTES of it from where the last stopped (mincore, large lock held), and
  * each aligned huge range found MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page
- * (after the lock is dropped). The ranges up to the last resident page are the look's verdict:
- * all dense turns large_huge_grow on, one sparse turns it off. Returns the huge page size where
+ * (after the lock is dropped). The ranges before the one that holds the last resident page (which
+ * may be being written) are the look's verdict: all dense, two ranges written at least, turns
+ * large_huge_grow on, one sparse turns it off; a block's first look that finds it dense so from
+ * its start advises the rest of it huge (a buffer filled front to back faults its rest in 2 MiB
+ * at a time). Returns the huge page size where
  * large blocks may have huge pages, else 0. */
 #define LOOK_FIRST_MS 100u
 #define LOOK_LAST_MS 6400u
@@ -245,10 +248,20 @@ static void look_one(mtpi_pool_t *pool, mtpi_large_t *rec, char **todo, unsigned
     if (mtp__huge_fresh_advice(false) == 0) (void)mtp__os_huge_advise(at + k * hsize, hsize, true);
     todo[(*n)++] = at + k * hsize;
   }
-  if (last == 0) return;
-  bool all = true; /* the verdict: the ranges before the last written one, the last if dense */
+  if (last == 0) { /* nothing written there: a block not yet begun is looked at from its start */
+    if (rec->look_at == len) rec->look_at = 0;
+    return;
+  }
+  /* the verdict: the ranges before the last written one (the last may be being written) */
+  bool all = true;
   for (size_t k = 0; k + 1 < last; k++) all = all && dense[k];
-  if (!all || dense[last - 1]) huge_grow_set(pool, all);
+  if (!all || last >= 2) huge_grow_set(pool, all);
+  /* written densely from its start to its last written range: the rest, what the block grows
+   * into, huge */
+  char *rest = at + (last - 1) * hsize + (dense[last - 1] ? hsize : 0);
+  if (all && last >= 2 && !rec->huge_rest && rec->look_at == len && (uintptr_t)rest < end &&
+      mtp__huge_fresh_advice(true) == 1 && mtp__os_huge_advise(rest, end - (uintptr_t)rest, true) == 0)
+    rec->huge_rest = true;
 }
 
 /* Large lock held: a pass over the pool's LIVE records being looked at; the ranges to collapse
