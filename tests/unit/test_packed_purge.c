@@ -2,10 +2,12 @@
  * the pass's times given: a span not due yet is left; a due span with no release since the cutoff
  * (idle) gives back every free OS page; a due span still in use (busy) gives back only the units
  * free at its previous pass (aged), so that units freed a moment before stay resident for reuse,
- * and the rest wait for the next pass. Residency is read with mincore. The pool's own delay is an
+ * and the rest wait for the next pass; and a free that finds the pool lock held is deferred to
+ * the lock's next holder. Residency is read with mincore. The pool's own delay is an
  * hour, so the purge thread never finds this test's span due. Huge pages off: a span in a region
  * advised huge is the region's to purge. Skips (77) where OS pages are larger than 64 KiB. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -100,6 +102,41 @@ static void test_aged(void) {
   mtp_pool_destroy(p);
 }
 
+/* A free of a packed block that finds the pool lock held waits for nothing: the block is left for
+ * the lock's next holder, and goes back to its span at the next packed allocation (whose units it
+ * then is: the span's only free run that long). */
+static void *free_in_thread(void *arg) {
+  mtp_free(arg);
+  return NULL;
+}
+static void test_deferred_free(void) {
+  mtp_options_t o;
+  mtp_options_init(&o);
+  o.name = "packed-deferred";
+  o.purge_delay_ms = 3600000;
+  o.thread_cache_bytes = 0; /* every free goes to its span */
+  mtp_pool_t *p = mtp_pool_create(&o);
+  REQUIRE(p != NULL, "pool_create");
+  char *a = mtp_pool_alloc(p, BLOCK), *b = mtp_pool_alloc(p, BLOCK);
+  REQUIRE(a != NULL && b != NULL, "alloc");
+  memset(a, 1, BLOCK);
+  size_t in_use = th_stats(p).large_bytes;
+  mtp__pool_lock(p); /* as another thread's long hold would */
+  pthread_t t;
+  REQUIRE(pthread_create(&t, NULL, free_in_thread, a) == 0, "thread");
+  pthread_join(t, NULL); /* it returned with the lock held: the free was deferred */
+  CHECK(mtp__load_relaxed(&p->packed_deferred) == (uintptr_t)a);
+  mtp__pool_unlock_quiet(p);
+  CHECK_EQ_SZ(th_stats(p).large_bytes, in_use / 2); /* freed (not in its span's free units yet) */
+  char *c = mtp_pool_alloc(p, BLOCK);            /* drains, then takes the units a had */
+  CHECK(c == a);
+  CHECK(mtp__load_relaxed(&p->packed_deferred) == 0);
+  mtp_free(b);
+  mtp_free(c);
+  CHECK_EQ_SZ(th_stats(p).large_bytes, 0);
+  mtp_pool_destroy(p);
+}
+
 int main(void) {
   long os = sysconf(_SC_PAGESIZE);
   if (os > (long)MTP_PAGE_SIZE) {
@@ -108,5 +145,6 @@ int main(void) {
   }
   setenv("MTPOOL_HUGEPAGES", "0", 1); /* read once, at the first pool's regions */
   RUN(test_aged);
+  RUN(test_deferred_free);
   DONE();
 }

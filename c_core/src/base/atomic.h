@@ -66,6 +66,9 @@ static inline uint64_t mtp__u64_load_relaxed(mtpi_atomic_u64 *a) {
 static inline void mtp__u64_add_relaxed(mtpi_atomic_u64 *a, uint64_t v) {
   atomic_fetch_add_explicit(a, v, memory_order_relaxed);
 }
+static inline uint64_t mtp__u64_fetch_add_relaxed(mtpi_atomic_u64 *a, uint64_t v) {
+  return atomic_fetch_add_explicit(a, v, memory_order_relaxed);
+}
 static inline void mtp__int_store_relaxed(mtpi_atomic_int *a, int v) {
   atomic_store_explicit(a, v, memory_order_relaxed);
 }

@@ -38,27 +38,34 @@ void *mtp__meta_alloc(size_t size) {
   void *p = NULL;
   bool fresh = false;
   pthread_mutex_lock(&mtp__meta_lock);
-  if (meta_lists[c]) {
-    p = meta_lists[c];
-    meta_lists[c] = meta_lists[c]->next;
-  } else {
-    fresh = true;
-    if (meta_bump == NULL || (size_t)(meta_end - meta_bump) < rsize) {
-      size_t guard = mtp__os_page_size();
-      size_t chunk = rsize > META_CHUNK ? rsize : META_CHUNK;
-      char *m = mtp__os_map(guard + chunk, guard);
-      if (m == NULL || mtp__os_guard(m, guard) != 0) {
-        if (m != NULL) mtp__os_unmap(m, guard + chunk);
-        pthread_mutex_unlock(&mtp__meta_lock);
-        errno = ENOMEM;
-        return NULL;
-      }
-      /* The rest of the old chunk is left unused: records are small and few. */
-      meta_bump = m + guard;
-      meta_end = m + guard + chunk;
+  for (;;) {
+    if (meta_lists[c]) {
+      p = meta_lists[c];
+      meta_lists[c] = meta_lists[c]->next;
+      break;
     }
-    p = meta_bump;
-    meta_bump += rsize;
+    if (meta_bump != NULL && (size_t)(meta_end - meta_bump) >= rsize) {
+      fresh = true;
+      p = meta_bump;
+      meta_bump += rsize;
+      break;
+    }
+    /* A new chunk, mapped without the lock: threads that start in a stream each take records
+     * here, and the mapping waits for the kernel's mmap lock behind their stacks' mappings. */
+    pthread_mutex_unlock(&mtp__meta_lock);
+    size_t guard = mtp__os_page_size();
+    size_t chunk = rsize > META_CHUNK ? rsize : META_CHUNK;
+    char *m = mtp__os_map(guard + chunk, guard);
+    if (m == NULL || mtp__os_guard(m, guard) != 0) {
+      if (m != NULL) mtp__os_unmap(m, guard + chunk);
+      errno = ENOMEM;
+      return NULL;
+    }
+    pthread_mutex_lock(&mtp__meta_lock);
+    /* The rest of the old chunk (another thread's new one, if two ran short at once) is left
+     * unused: records are small and few. */
+    meta_bump = m + guard;
+    meta_end = m + guard + chunk;
   }
   pthread_mutex_unlock(&mtp__meta_lock);
   /* Memory never handed out is zero from the map: writing it would fault in the pages of a record

@@ -551,6 +551,17 @@ struct mtp_pool {
   mtpi_node_t *empty_tail[MTP_NUM_CLASSES];
   size_t empty_bytes;
   mtpi_node_t *members;                  /* live heaps (their mtpi_member_t) */
+  /* Heaps that joined since the lock was last taken (registry.c): pushed by the joining thread
+   * without the lock (a CAS, release: the member's fields before it), taken whole into members by
+   * the lock's next holder (exchange, acquire), so every walk of members under the lock sees
+   * them. joins: heaps that ever joined (relaxed: a count). */
+  mtpi_atomic_uptr joining;
+  mtpi_atomic_u64 joins;
+  /* Freed packed blocks whose free found the pool lock held (pool/packed.c): pushed without the
+   * lock (a CAS, release: the block's link before it), linked through a word past the block's
+   * freed pattern, taken whole by a later holder of the lock (exchange, acquire) and released to
+   * their spans then. */
+  mtpi_atomic_uptr packed_deferred;
   mtpi_desc_t *checked_current[MTP_NUM_CLASSES];
   uint64_t dead_allocs, dead_remote; /* counters of heaps that are gone */
   uint64_t checked_allocs;

@@ -150,6 +150,7 @@ void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk
   bool verify = false;
   unsigned f = FIRST; /* a new span's first run */
   mtp__pool_lock(pool);
+  if (MTP_UNLIKELY(mtp__load_relaxed(&pool->packed_deferred) != 0)) mtp__packed_drain_locked(pool);
   for (unsigned i = 0; back != NULL && i < back->n; i++)
     mtp__packed_release_locked(pool, back->p[i], back->time[i]);
   mtpi_desc_t *s;
@@ -308,8 +309,34 @@ bool mtp__packed_free(void *p, size_t size, bool sized) {
   return mtp__packed_release(pool, p);
 }
 
+/* A deferred block's link: past its freed pattern, in a block that stays poisoned for tools. */
+static void **deferred_link(void *p) { return (void **)((char *)p + MTP_FREED_BYTES); }
+
+void mtp__packed_drain_locked(mtpi_pool_t *pool) {
+  void *b = (void *)mtp__exchange_acq_rel(&pool->packed_deferred, 0);
+  uint64_t now = mtp__os_now_ms();
+  while (b != NULL) {
+    mtp__track_peek(deferred_link(b), sizeof(void *));
+    void *next = *deferred_link(b);
+    mtp__track_unpeek(deferred_link(b), sizeof(void *));
+    mtp__packed_release_locked(pool, b, now);
+    b = next;
+  }
+}
+
 bool mtp__packed_release(mtpi_pool_t *pool, void *p) {
-  mtp__pool_lock(pool);
+  /* A free never waits for the pool lock: held, it leaves the block for the lock's next holder
+   * (packed_deferred, types.h), which any allocation of a packed block or a purge pass is. */
+  if (!mtp__pool_trylock(pool)) {
+    uintptr_t head = mtp__load_relaxed(&pool->packed_deferred);
+    mtp__track_peek(deferred_link(p), sizeof(void *));
+    do {
+      *deferred_link(p) = (void *)head;
+    } while (!mtp__cas_weak_acq_rel(&pool->packed_deferred, &head, (uintptr_t)p));
+    mtp__track_unpeek(deferred_link(p), sizeof(void *));
+    return true; /* a pass drains it if no allocation does first */
+  }
+  if (MTP_UNLIKELY(mtp__load_relaxed(&pool->packed_deferred) != 0)) mtp__packed_drain_locked(pool);
   mtp__packed_release_locked(pool, p, mtp__os_now_ms());
   return mtp__pool_unlock(pool);
 }

@@ -46,6 +46,8 @@ static inline mtpi_pool_t *mtp__pool_of_page(const mtpi_desc_t *s) {
 }
 
 void mtp__pool_lock(mtpi_pool_t *p);
+/* mtp__pool_lock if the lock is free now; false (not taken) if it is held. */
+bool mtp__pool_trylock(mtpi_pool_t *p);
 /* Unlock. Returns whether something done under the lock made a purge due: the caller then calls
  * mtp__purger_wake once it holds no lock (see the top of this file). */
 __attribute__((warn_unused_result)) bool mtp__pool_unlock(mtpi_pool_t *p);
@@ -63,8 +65,9 @@ static inline mtpi_pool_t *mtp__member_pool(mtpi_member_t *m) {
    * it by the registry lock or by the caller's contract (no use of a destroyed pool) */
   return (mtpi_pool_t *)mtp__load_relaxed(&m->pool);
 }
-/* m joins p's members. Returns whether p had a member already (another thread's heap): then the
- * caller makes the purger eager (mtp__purger_eager), as wakes may come from several threads. */
+/* m joins p's members, without the pool lock (one CAS; the lock's next holder lists it). Returns
+ * whether a heap joined p before (another thread's): then the caller makes the purger eager
+ * (mtp__purger_eager), as wakes may come from several threads. */
 bool mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m);
 /* Pool lock held: m's counters go to the pool's, m leaves the list and is unbound. */
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m);
@@ -232,9 +235,12 @@ int mtp__packed_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, size_t *
 void mtp__packed_mark_freed(void *p, size_t usable);
 /* Pool lock held: the claimed block p's units go back to its span, free at now_ms. */
 void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms);
-/* The claimed block p of pool goes back to its span now, under the pool lock. Returns whether a
- * purge became due. */
+/* The claimed block p of pool goes back to its span: now, under the pool lock, or if the lock is
+ * held by the lock's next holder (packed_deferred; the purge passes drain it). Returns whether a
+ * purge (or a pass to drain it) became due. */
 bool mtp__packed_release(mtpi_pool_t *pool, void *p);
+/* Pool lock held: the freed blocks that frees deferred (packed_deferred) go back to their spans. */
+void mtp__packed_drain_locked(mtpi_pool_t *pool);
 /* Claim p (seen as PACKED) and release it under the pool lock; misuse is reported. Returns
  * whether a purge became due. */
 bool mtp__packed_free(void *p, size_t size, bool sized);

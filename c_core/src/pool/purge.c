@@ -70,6 +70,7 @@ static size_t purge_pool(mtpi_pool_t *p, uint64_t now, bool force, bool collapse
     for (mtpi_node_t *it = p->members; it; it = it->next)
       cache_drain_locked(p, member_of(it), cutoff, now);
   mtp__pool_release_empty_locked(p, cutoff);
+  if (mtp__load_relaxed(&p->packed_deferred) != 0) mtp__packed_drain_locked(p);
   bool packed_left = false; /* before the regions: an empty span goes back to its region */
   n += mtp__packed_purge(p, now, cutoff, force, &packed_left);
   n += mtp__region_purge(&p->rs, now, p->purge_delay_ms, force, collapse, &p->lock);
@@ -225,7 +226,8 @@ static void *purger_main(void *arg) {
 
 /* No purge thread yet: purge what is due here and now, then measure what is left to purge in
  * pools that purge after a delay. Returns whether a thread is needed (it is from now on). Takes
- * the registry lock only if free: a caller holding it (none should; see pool.h) gets the thread. */
+ * the registry lock and each pool's lock only if free (a wake, on a thread that frees, waits for
+ * no lock): a lock held means a thread. */
 static bool wake_inline(void) {
   if (pthread_mutex_trylock(&mtp__registry_lock) != 0) {
     mtp__purger_eager();
@@ -237,7 +239,10 @@ static bool wake_inline(void) {
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     if (p->purge_delay_ms <= 0) continue; /* at once, or never: nothing waits for a thread */
-    mtp__pool_lock(p);
+    if (!mtp__pool_trylock(p)) { /* a wake waits for no lock: the thread will purge this one */
+      looks = true;
+      continue;
+    }
     purge_pool(p, now, false, false, NULL);
     held += waiting_locked(p);
     looks = looks || mtp__region_looks_left(&p->rs);

@@ -15,7 +15,28 @@ mtpi_atomic_uptr mtp__default_pool_ptr;
 static mtpi_pool_t *pool_ids[MTP_MAX_POOLS];
 static uint32_t pools_created;
 
-void mtp__pool_lock(mtpi_pool_t *p) { pthread_mutex_lock(&p->lock); }
+static mtpi_member_t *member_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_member_t, link); }
+
+/* Lock held: the heaps that joined since go on the member list. */
+static MTP_NOINLINE void members_merge(mtpi_pool_t *p) {
+  mtpi_node_t *n = (mtpi_node_t *)mtp__exchange_acq_rel(&p->joining, 0);
+  while (n != NULL) {
+    mtpi_node_t *next = n->next;
+    mtp__list_push(&p->members, n);
+    n = next;
+  }
+}
+
+void mtp__pool_lock(mtpi_pool_t *p) {
+  pthread_mutex_lock(&p->lock);
+  if (MTP_UNLIKELY(mtp__load_relaxed(&p->joining) != 0)) members_merge(p);
+}
+
+bool mtp__pool_trylock(mtpi_pool_t *p) {
+  if (pthread_mutex_trylock(&p->lock) != 0) return false;
+  if (MTP_UNLIKELY(mtp__load_relaxed(&p->joining) != 0)) members_merge(p);
+  return true;
+}
 
 bool mtp__pool_unlock(mtpi_pool_t *p) {
   bool due = p->purge_due;
@@ -35,19 +56,19 @@ void mtp__pool_unlock_quiet(mtpi_pool_t *p) {
 
 mtpi_pool_t *mtp__pool_by_id(uint32_t id) { return id < MTP_MAX_POOLS ? pool_ids[id] : NULL; }
 
-static mtpi_member_t *member_of(mtpi_node_t *n) { return MTP_CONTAINER(n, mtpi_member_t, link); }
-
 /* ---- members ---- */
 
 bool mtp__pool_join(mtpi_pool_t *p, mtpi_member_t *m) {
   mtp__store_relaxed(&m->pool, (uintptr_t)p); /* relaxed: see mtp__member_pool */
   m->region_hint = NULL;
   memset(m->classes_got, 0, sizeof(m->classes_got));
-  mtp__pool_lock(p);
-  bool others = p->members != NULL;
-  mtp__list_push(&p->members, &m->link);
-  mtp__pool_unlock_quiet(p); /* a join frees no page */
-  return others;
+  /* Without the lock, which every new thread would otherwise queue on as it starts: onto
+   * `joining`, for the lock's next holder to move to the members (types.h). */
+  uintptr_t head = mtp__load_relaxed(&p->joining);
+  do {
+    m->link.next = (mtpi_node_t *)head;
+  } while (!mtp__cas_weak_acq_rel(&p->joining, &head, (uintptr_t)&m->link));
+  return mtp__u64_fetch_add_relaxed(&p->joins, 1) != 0;
 }
 
 void mtp__pool_leave_locked(mtpi_pool_t *p, mtpi_member_t *m) {
