@@ -310,7 +310,7 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
   if (mtp__is_region_ptr(u)) {
     mtpi_desc_t *s = mtp__run_of(u);
     if (s->kind == MTP_PAGE_MEDIUM) { /* freed: MTP_MEDIUM_FREED (types.h) */
-      if ((const char *)p != mtp__page_start(s) || mtp__load_relaxed(&s->thread_free) != 0) return false;
+      if ((const char *)p != mtp__page_start(s) || mtp__load_relaxed(&s->freed) != 0) return false;
       *usable_out = mtp__medium_usable(s);
     } else if (s->kind == MTP_PAGE_PACKED) {
       if (!mtp__packed_lookup(s, p, usable_out)) return false;
@@ -365,7 +365,7 @@ int mtp_check_range(const void *p, size_t n) {
     } else if (s->kind == MTP_PAGE_SLAB && c < s->end) { /* the block's bytes, all usable */
       b = start + (size_t)(c - start) / s->block_size * s->block_size;
       usable = s->block_size;
-    } else if (s->kind == MTP_PAGE_MEDIUM && mtp__load_relaxed(&s->thread_free) == 0) {
+    } else if (s->kind == MTP_PAGE_MEDIUM && mtp__load_relaxed(&s->freed) == 0) {
       b = start;
       usable = mtp__medium_usable(s);
     } else if (s->kind == MTP_PAGE_PACKED && mtp__packed_lookup(s, p, &usable)) {

@@ -40,7 +40,7 @@ typedef struct pool_stats {
 MTP_NO_TSAN static size_t slab_account(mtpi_desc_t *s, pool_stats_t *out) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
   if (kind == MTP_PAGE_MEDIUM)
-    return mtp__load_relaxed(&s->thread_free) == MTP_MEDIUM_FREED ? 0 : mtp__medium_usable(s);
+    return mtp__load_relaxed(&s->freed) == MTP_MEDIUM_FREED ? 0 : mtp__medium_usable(s);
   if (kind != MTP_PAGE_SLAB) return 0;
   unsigned cls = s->cls;
   if (cls >= MTP_NUM_CLASSES) return 0;

@@ -92,9 +92,9 @@ MTP_NO_TSAN static int visit_slab(mtpi_desc_t *s, const listed_t *listed, mtp_vi
                                   void *arg, unsigned shown) {
   uint8_t kind = *(volatile uint8_t *)&s->kind;
   /* a medium block's kind and pages change only under the pool lock; a freed one may wait in its
-   * freeing thread's cache (thread_free: a snapshot while that thread runs) */
+   * freeing thread's cache (`freed`: a snapshot while that thread runs) */
   if (kind == MTP_PAGE_MEDIUM)
-    return mtp__load_relaxed(&s->thread_free) == MTP_MEDIUM_FREED
+    return mtp__load_relaxed(&s->freed) == MTP_MEDIUM_FREED
                ? 0
                : visit(arg, mtp__page_start(s), mtp__medium_usable(s), MTP_VISIT_LARGE);
   if (kind == MTP_PAGE_PACKED) { /* blocks freed into a thread's cache are skipped */

@@ -195,10 +195,10 @@ enum {
 #define MTP_USED_CURRENT ((uint32_t)1 << 31)
 #define MTP_USED(s) ((s)->used & ~MTP_USED_CURRENT)
 
-/* A medium block's thread_free once it is freed (pool/medium.c): set by the free's CAS, so that of
+/* A medium block's `freed` once it is freed (pool/medium.c): set by the free's CAS, so that of
  * two frees of one block exactly one gets it; cleared when the run is handed out again. */
 #define MTP_MEDIUM_FREED ((uintptr_t)1)
-/* A freed medium block's block_size (pool/medium.c: its pages' freed pattern is checked on reuse). */
+/* A freed medium block's `requested` (pool/medium.c: its pages' freed pattern is checked on reuse). */
 #define MTP_MEDIUM_FREED_SIZE UINT32_MAX
 
 /* Packed spans (pool/packed.c): a run of MTP_SPAN_PAGES pages cut into 512-byte units, which
@@ -237,21 +237,21 @@ typedef struct mtpi_span {
  *
  * A medium block (pool/medium.c) is a MEDIUM: `pages` pages, its first descriptor of kind MEDIUM, the
  * others TAIL as for a slab. A MEDIUM descriptor is written under the pool lock when the run
- * is formatted, resized in place (realloc) or released to its region: block_size holds the
+ * is formatted, resized in place (realloc) or released to its region: `requested` holds the
  * requested size, `pages` the length; owner is 0 (so every free of it misses the fast path and
  * reaches mtp__heap_free_slow), cls is MTP_NUM_CLASSES, size_min/size_span make a sized free's
- * class compare fail (UINT32_MAX, 0). thread_free is 0 while the block is handed out and
+ * class compare fail (UINT32_MAX, 0). `freed` is 0 while the block is handed out and
  * MTP_MEDIUM_FREED once it is freed. A freed run may wait in the freeing thread's cache (list
- * MTP_LIST_HEAP_CACHE, heap/cache.c): that thread alone then writes block_size, list and link, and
- * hands the run out again without the pool lock.
+ * MTP_LIST_HEAP_CACHE, heap/cache.c): that thread alone then writes `requested`, list and link,
+ * and hands the run out again without the pool lock.
  *
- * A packed span (pool/packed.c) is a PACKED: MTP_SPAN_PAGES pages, TAILs after its first, every
- * field under the pool lock: `used` its units handed out (cached blocks included), `capacity` a
- * bound on its longest run of free units (never below it: made exact when a search finds
- * less), `list` its bin + 1 in the pool's span bins (link), detached_used nonzero while releases
- * left free units to purge, free_time_ms the first of those releases (the span is purged, or
- * given back when empty, once it is due); owner 0 and size_min/size_span as for MEDIUM, so that
- * every free reaches the slow path.
+ * A packed span (pool/packed.c, pool/span.c) is a PACKED: MTP_SPAN_PAGES pages, TAILs after its
+ * first, every field under the pool lock: units_used its units handed out (cached blocks
+ * included), longest_bound a bound on its longest run of free units (never below it: made exact
+ * when a search finds less), `bin` its bin + 1 in the pool's span bins (link), purge_pending
+ * nonzero while releases left free units to purge, free_time_ms the first of those releases (the
+ * span is purged, or given back when empty, once it is due); owner 0 and size_min/size_span as
+ * for MEDIUM, so that every free reaches the slow path.
  *
  * Ownership of a slab. Either OWNED by one heap (thread_free has MTP_TF_OWNED; `owner` holds the
  * owning thread's token) or DETACHED (no owner: full when its owner moved on, or abandoned at
@@ -302,10 +302,17 @@ typedef struct mtpi_span {
  * lock) is formatted afresh and owned by no one: owner 0, thread_free OWNED with an empty list,
  * bump at its start, so that every free into it fails the bump check (pool/slabs.c). */
 typedef struct mtpi_desc {
-  /* first cache line: the owner's */
+  /* first cache line: the owner's. Where a page kind gives a field another meaning, an anonymous
+   * union names it for each kind (SLAB's name first). */
   mtpi_block_t *free;
-  uint32_t used;
-  uint32_t block_size;
+  union {
+    uint32_t used;       /* SLAB: blocks handed out (see the identities below) */
+    uint32_t units_used; /* PACKED: units handed out, cached blocks' included */
+  };
+  union {
+    uint32_t block_size; /* SLAB: bytes per block */
+    uint32_t requested;  /* MEDIUM: the bytes asked for (MTP_MEDIUM_FREED_SIZE once freed) */
+  };
   char *bump;            /* next block never handed out; == end once carved fully */
   uint32_t size_min;     /* smallest request that maps to this class (a sized free checks */
   uint32_t size_span;    /* size - size_min <= size_span in one compare) */
@@ -326,14 +333,26 @@ typedef struct mtpi_desc {
    * block in use reads it while the block keeps its run, and so its head, fixed; a stale pointer
    * may read another run's head, and the owner and bump checks that follow send it on. */
   struct mtpi_desc *head;
-  /* second cache line: shared */
-  mtpi_atomic_uptr thread_free __attribute__((aligned(MTP_CACHE_LINE)));
-  uint32_t detached_used;
-  uint32_t capacity;
+  /* second cache line: shared (the first is 64 bytes: asserted below) */
+  union {
+    mtpi_atomic_uptr thread_free; /* SLAB: the remote list word */
+    mtpi_atomic_uptr freed;       /* MEDIUM: MTP_MEDIUM_FREED once a free claimed it, else 0 */
+  };
+  union {
+    uint32_t detached_used; /* SLAB */
+    uint32_t purge_pending; /* PACKED: nonzero while units released since its last pass wait */
+  };
+  union {
+    uint32_t capacity;      /* SLAB: blocks it holds */
+    uint32_t longest_bound; /* PACKED: a bound on its longest free run, never below it */
+  };
   char *end;
   uint8_t pages;
   uint8_t kind;
-  uint8_t list;
+  union {
+    uint8_t list; /* SLAB, MEDIUM: which list link is on (MTP_LIST_*) */
+    uint8_t bin;  /* PACKED: its bin in the pool's span_bins + 1 (0: none, MTP_SPAN_PURGING) */
+  };
   uint8_t checked;
   uint64_t free_time_ms; /* FREE page: when it became free; cached or pool-empty slab: since when
                             it holds no block */
@@ -342,6 +361,8 @@ typedef struct mtpi_desc {
 } mtpi_desc_t;
 
 _Static_assert(sizeof(mtpi_desc_t) == 2 * MTP_CACHE_LINE, "page descriptor is two cache lines");
+_Static_assert(offsetof(mtpi_desc_t, thread_free) == MTP_CACHE_LINE,
+               "the remote frees' word starts the second cache line");
 /* What the free fast path reads (api/alloc.c), in the first line: one line per free. */
 _Static_assert(offsetof(mtpi_desc_t, head) + sizeof(void *) <= MTP_CACHE_LINE &&
                    offsetof(mtpi_desc_t, cls) < MTP_CACHE_LINE &&

@@ -14,9 +14,9 @@
  * Rules:
  *   - a MEDIUM descriptor's kind and pages, and the pages of the run, change only under the pool
  *     lock (format, resize, release to the region). Between its free and its next hand-out a
- *     cached block belongs to the caching thread, which alone writes its block_size, list and
+ *     cached block belongs to the caching thread, which alone writes its requested size, list and
  *     link; the cache's lock orders it against trim and the purge.
- *   - which free of a block is the first is one CAS of thread_free from 0 to MTP_MEDIUM_FREED
+ *   - which free of a block is the first is one CAS of its `freed` from 0 to MTP_MEDIUM_FREED
  *     (mtp__medium_claim): a second free finds MTP_MEDIUM_FREED (the block is cached, or its pages
  *     are free and still carry it) and is a double free, even when two threads free at once. A
  *     free of pages already FREE is one too; an address that is not a live block's first byte is
@@ -29,7 +29,7 @@
  *   - realloc grows a block in place when the pages after it are free, and shrinks it in place
  *     (its tail pages become free); else the caller moves the block.
  *   - a freed block's first bytes hold the freed pattern (base/fill.h), and its first descriptor
- *     (FREE now) keeps FREED_MARK in block_size, until a format overwrites it. A block taken again
+ *     (FREE now) keeps FREED_MARK in `requested`, until a format overwrites it. A block taken again
  *     from that page while it is still dirty, or from a cache, verifies the pattern: a write after
  *     free into its start is reported then (MTP_ERR_USE_AFTER_FREE), as for large blocks.
  *   - checked pools keep the large path (its canary and quarantine), so medium blocks are never
@@ -44,7 +44,7 @@
 #include "base/track.h"
 #include "pool.h"
 
-#define FREED_MARK MTP_MEDIUM_FREED_SIZE /* a freed block's block_size, kept in its FREE descriptor */
+#define FREED_MARK MTP_MEDIUM_FREED_SIZE /* a freed block's `requested`, kept in its FREE descriptor */
 
 static unsigned pages_for(size_t size) {
   size_t n = (size + MTP_PAGE_SIZE - 1) >> MTP_PAGE_SHIFT;
@@ -54,7 +54,7 @@ static unsigned pages_for(size_t size) {
 /* Pool lock held: s, just taken from the region layer, becomes a medium block of `size` bytes. */
 static void medium_format(mtpi_desc_t *s, size_t size) {
   mtp__pool_format_run(s, MTP_PAGE_MEDIUM);
-  s->block_size = (uint32_t)size;
+  s->requested = (uint32_t)size;
   s->capacity = 1;
 }
 
@@ -68,10 +68,10 @@ static void hand_out(char *b, size_t len, bool verify) {
 void *mtp__medium_reuse(mtpi_desc_t *s, size_t size, bool zero) {
   char *b = mtp__page_start(s);
   hand_out(b, mtp__medium_usable(s), true);
-  s->block_size = (uint32_t)size;
+  s->requested = (uint32_t)size;
   /* relaxed: the next free of the block, from any thread, is ordered after this hand-out by the
    * program's own hand-over of the pointer */
-  mtp__store_relaxed(&s->thread_free, 0);
+  mtp__store_relaxed(&s->freed, 0);
   if (zero) memset(b, 0, size); /* cached pages are resident and dirty */
   return b;
 }
@@ -85,7 +85,7 @@ void *mtp__medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   mtpi_desc_t *s = mtp__region_alloc_run(&pool->rs, pages, &dirty, &pool->lock);
   bool verify = false;
   if (s != NULL) {
-    verify = s->block_size == FREED_MARK && (dirty & 1);
+    verify = s->requested == FREED_MARK && (dirty & 1);
     medium_format(s, size);
     pool->medium_allocs++;
   }
@@ -105,20 +105,20 @@ void *mtp__medium_alloc(mtpi_pool_t *pool, size_t size, bool zero) {
   return b;
 }
 
-/* MTP_MEDIUM_FREED in thread_free marks the block freed until its pages are formatted again. */
+/* MTP_MEDIUM_FREED in `freed` marks the block freed until its pages are formatted again. */
 int mtp__medium_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, const char **what) {
   uintptr_t expect = 0;
   if ((char *)p != mtp__page_start(s)) {
     *what = "invalid pointer (not the start of a medium block)";
     return MTP_ERR_INVALID_POINTER;
   }
-  if (mtp__load_relaxed(&s->thread_free) == 0 && sized &&
-      !(size <= mtp__medium_usable(s) && (size >= s->block_size || size > MTP_MAX_SMALL))) {
+  if (mtp__load_relaxed(&s->freed) == 0 && sized &&
+      !(size <= mtp__medium_usable(s) && (size >= s->requested || size > MTP_MAX_SMALL))) {
     *what = "wrong size (sized free of a medium block)";
     return MTP_ERR_WRONG_SIZE;
   }
   /* acq_rel: orders this free after a free from the cache's hand-out in another thread */
-  if (!mtp__cas_strong_acq_rel(&s->thread_free, &expect, MTP_MEDIUM_FREED)) {
+  if (!mtp__cas_strong_acq_rel(&s->freed, &expect, MTP_MEDIUM_FREED)) {
     *what = "double free (the medium block is freed already)";
     return MTP_ERR_DOUBLE_FREE;
   }
@@ -127,7 +127,7 @@ int mtp__medium_claim(mtpi_desc_t *s, void *p, size_t size, bool sized, const ch
 
 void mtp__medium_mark_freed(mtpi_desc_t *s, void *p) {
   mtp__fill_freed(p);
-  s->block_size = FREED_MARK;
+  s->requested = FREED_MARK;
   mtp__track_poison(p, mtp__medium_usable(s));
 }
 
@@ -180,7 +180,7 @@ bool mtp__medium_resize(void *p, size_t size, bool *due) {
     ok = mtp__region_grow_run(&pool->rs, s, want);
   }
   if (ok) {
-    s->block_size = (uint32_t)size;
+    s->requested = (uint32_t)size;
     s->end = mtp__page_start(s) + ((size_t)s->pages << MTP_PAGE_SHIFT);
   }
   *due = mtp__pool_unlock(pool);

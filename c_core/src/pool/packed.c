@@ -71,7 +71,7 @@ static bool span_holds(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned n, unsigned *
 static mtpi_desc_t *span_find(mtpi_pool_t *pool, unsigned n, unsigned *at) {
   unsigned b = mtp__span_bin_of(n);
   mtpi_desc_t *s = mtp__desc_of_node(pool->span_bins[b]);
-  if (s != NULL && s->capacity >= n && span_holds(pool, s, n, at)) return s;
+  if (s != NULL && s->longest_bound >= n && span_holds(pool, s, n, at)) return s;
   for (;;) {
     uint64_t above = b + 1 < MTP_SPAN_BINS ? pool->span_binned & (~0ull << (b + 1)) : 0;
     if (above == 0) return NULL;
@@ -139,7 +139,7 @@ static void cut(mtpi_desc_t *s, unsigned f, unsigned n, uint64_t *dirty_out, boo
   mtp__bit_fill(m->dirty, f, n, false);
   mtp__bit_fill(m->kept, f, n, false);
   mtp__bit_fill(m->aged, f, n, false);
-  s->used += n;
+  s->units_used += n;
 }
 
 void *mtp__packed_alloc(mtpi_pool_t *pool, size_t size, bool zero, const mtpi_pk_back_t *back,
@@ -271,28 +271,28 @@ void mtp__packed_release_locked(mtpi_pool_t *pool, void *p, uint64_t now_ms) {
   uint16_t v = atomic_load_explicit(&m->ent[f], memory_order_relaxed);
   MTP_ASSERT(s->kind == MTP_PAGE_PACKED && (v & MTP_SPAN_FREED));
   unsigned n = v & ~MTP_SPAN_FREED;
-  MTP_ASSERT(n != 0 && f + n <= MTP_SPAN_UNITS && !mtp__bit_any(m->free, f, n) && s->used >= n);
+  MTP_ASSERT(n != 0 && f + n <= MTP_SPAN_UNITS && !mtp__bit_any(m->free, f, n) && s->units_used >= n);
   mtp__bit_fill(m->free, f, n, true);
   mtp__bit_fill(m->dirty, f, n, true);
   m->kept[f >> 6] |= 1ull << (f & 63);
-  s->used -= n;
+  s->units_used -= n;
   if (now_ms > m->last_release_ms) m->last_release_ms = now_ms;
   /* free units to purge, due once the first of them since the last purge is: a span that frees a
    * block now and then is purged all the same */
-  if (!s->detached_used || now_ms < s->free_time_ms) s->free_time_ms = now_ms;
-  s->detached_used = 1;
+  if (!s->purge_pending || now_ms < s->free_time_ms) s->free_time_ms = now_ms;
+  s->purge_pending = 1;
   /* the free run the block joined: the bound grows to it if it is longer */
   unsigned run = mtp__bit_next(m->free, f + n, false) - mtp__run_start(m->free, f);
-  if (run > s->capacity) mtp__span_rebin(pool, s, run);
+  if (run > s->longest_bound) mtp__span_rebin(pool, s, run);
   MTP_VALIDATE(mtp__packed_validate(s));
   if (pool->purge_delay_ms != 0) {
     mtp__pool_note_free_pages(pool);
     return;
   }
   /* no delay: purge at once, and an empty span goes (unless a purge pass has it: then its next) */
-  if (s->list == MTP_SPAN_PURGING) return;
+  if (s->bin == MTP_SPAN_PURGING) return;
   (void)mtp__span_purge_now(pool, s);
-  if (s->used == 0) mtp__span_release(pool, s);
+  if (s->units_used == 0) mtp__span_release(pool, s);
 }
 
 bool mtp__packed_free(void *p, size_t size, bool sized) {

@@ -11,27 +11,27 @@
 /* ---- bins ---- */
 
 void mtp__span_unbin(mtpi_pool_t *pool, mtpi_desc_t *s) {
-  MTP_ASSERT(s->list >= 1 && s->list <= MTP_SPAN_BINS);
-  unsigned b = s->list - 1u;
+  MTP_ASSERT(s->bin >= 1 && s->bin <= MTP_SPAN_BINS);
+  unsigned b = s->bin - 1u;
   mtp__list_remove(&pool->span_bins[b], &s->link);
   if (pool->span_bins[b] == NULL) pool->span_binned &= ~(1ull << b);
-  s->list = MTP_LIST_NONE;
+  s->bin = MTP_LIST_NONE;
 }
 
 /* Pool lock held: s's bound on its longest free run set to longest, and s moved to its bin. */
 void mtp__span_rebin(mtpi_pool_t *pool, mtpi_desc_t *s, unsigned longest) {
-  s->capacity = longest;
+  s->longest_bound = longest;
   unsigned b = mtp__span_bin_of(longest);
-  if (s->list == b + 1 || s->list == MTP_SPAN_PURGING) return;
-  if (s->list != 0) mtp__span_unbin(pool, s);
+  if (s->bin == b + 1 || s->bin == MTP_SPAN_PURGING) return;
+  if (s->bin != 0) mtp__span_unbin(pool, s);
   mtp__list_push(&pool->span_bins[b], &s->link);
   pool->span_binned |= 1ull << b;
-  s->list = (uint8_t)(b + 1);
+  s->bin = (uint8_t)(b + 1);
 }
 
 /* Pool lock held: the empty span s goes back to its region. */
 void mtp__span_release(mtpi_pool_t *pool, mtpi_desc_t *s) {
-  MTP_ASSERT(s->used == 0);
+  MTP_ASSERT(s->units_used == 0);
   mtp__span_unbin(pool, s);
   mtp__region_free_run(&pool->rs, s, s->free_time_ms);
   if (pool->purge_delay_ms == 0) /* as mtp__pool_release_locked treats freed pages */
@@ -96,7 +96,7 @@ static bool span_begin(mtpi_pool_t *pool, mtpi_desc_t *s, bool all, pk_batch_t *
   for (unsigned w = 0; w < MTP_SPAN_WORDS; w++) m->aged[w] = m->free[w] & m->dirty[w];
   if (b->n > first) { /* out of the bins until the batch ends */
     mtp__span_unbin(pool, s);
-    s->list = MTP_SPAN_PURGING;
+    s->bin = MTP_SPAN_PURGING;
   }
   return rest;
 }
@@ -121,14 +121,14 @@ static size_t batch_end(mtpi_pool_t *pool, pk_batch_t *b, uint64_t now, bool *le
       mtp__bit_fill(m->aged, r->from, r->len, false);
       n += (size_t)r->len << MTP_UNIT_SHIFT;
     } else {
-      r->s->detached_used = 1;
+      r->s->purge_pending = 1;
       r->s->free_time_ms = now;
       *left = true;
     }
     if (k + 1 < b->n && b->r[k + 1].s == r->s) continue; /* the span's last range: back */
     unsigned longest = 0;
     (void)mtp__span_run_find(m, MTP_SPAN_UNITS, &longest);
-    r->s->list = MTP_LIST_NONE;
+    r->s->bin = MTP_LIST_NONE;
     mtp__span_rebin(pool, r->s, longest);
     MTP_VALIDATE(mtp__packed_validate(r->s));
   }
@@ -148,19 +148,19 @@ static void batch_begin(mtpi_pool_t *pool, uint64_t now, uint64_t cutoff, bool f
       next = it->next;
       mtpi_desc_t *s = mtp__desc_of_node(it);
       if (s->free_time_ms > cutoff) {
-        if (s->used == 0 || s->detached_used) *left = true;
+        if (s->units_used == 0 || s->purge_pending) *left = true;
         continue;
       }
-      if (s->used == 0) {
+      if (s->units_used == 0) {
         mtp__span_release(pool, s); /* its pages are the region layer's to purge */
         continue;
       }
-      if (!s->detached_used) continue; /* nothing freed since its last pass */
+      if (!s->purge_pending) continue; /* nothing freed since its last pass */
       /* every free unit when none was freed within the delay (an idle span), else the aged */
       bool all = force || mtp__span_map(s)->last_release_ms <= cutoff;
       bool rest = span_begin(pool, s, all, b);
       if (b->full) break;
-      s->detached_used = rest; /* the units freed since the last pass: due a delay from now */
+      s->purge_pending = rest; /* the units freed since the last pass: due a delay from now */
       if (rest) {
         s->free_time_ms = now;
         *left = true;
@@ -186,7 +186,7 @@ size_t mtp__packed_purge(mtpi_pool_t *pool, uint64_t now, uint64_t cutoff, bool 
 size_t mtp__span_purge_now(mtpi_pool_t *pool, mtpi_desc_t *s) {
   pk_batch_t b = {.n = 0, .full = false};
   bool left = false;
-  s->detached_used = span_begin(pool, s, true, &b);
+  s->purge_pending = span_begin(pool, s, true, &b);
   if (b.full) return 0; /* more ranges than a batch: the next pass's */
   batch_run(&b);
   return batch_end(pool, &b, mtp__os_now_ms(), &left);
@@ -214,8 +214,8 @@ void mtp__packed_validate(const mtpi_desc_t *s) {
     i += n;
   }
   mtp__span_run_find(m, MTP_SPAN_UNITS, &longest);
-  MTP_ASSERT(used == s->used && longest <= s->capacity &&
-             (s->list == mtp__span_bin_of(s->capacity) + 1 || s->list == MTP_SPAN_PURGING));
+  MTP_ASSERT(used == s->units_used && longest <= s->longest_bound &&
+             (s->bin == mtp__span_bin_of(s->longest_bound) + 1 || s->bin == MTP_SPAN_PURGING));
   (void)used;
   (void)longest;
 }

@@ -478,9 +478,9 @@ void mtp__region_validate(mtpi_rset_t *rs) {
           MTP_ASSERT(i % d->pages == 0);
         } else { /* a medium block: the pages its size needs (or freed), owned by no thread */
           /* read once: a thread takes a run from its cache, or frees one into it, without the
-           * pool lock and changes block_size between two valid values (freed <-> a size); two
+           * pool lock and changes `requested` between two valid values (freed <-> a size); two
            * reads could see one of each and fail the check */
-          uint32_t bs = __atomic_load_n(&d->block_size, __ATOMIC_RELAXED);
+          uint32_t bs = __atomic_load_n(&d->requested, __ATOMIC_RELAXED);
           MTP_ASSERT(d->pages >= 1 &&
                      ((size_t)d->pages << MTP_PAGE_SHIFT >= bs || bs == MTP_MEDIUM_FREED_SIZE));
           MTP_ASSERT(mtp__load_relaxed(&d->owner) == 0 && d->cls == MTP_NUM_CLASSES);
