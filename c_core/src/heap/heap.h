@@ -6,7 +6,8 @@
  *   reuse.c    the reuse lists: blocks the thread freed into its own slabs, handed out first
  *   slabs.c    the heap's slabs: taking a block, exhausted slabs, the free slow paths, give-back
  *   shared.c   the pool's shared heaps, which serve a thread's first blocks of a class
- *   profile.c  the sampled heap profiler (its records and their writer: profile_records.c)
+ *   profile.c  the sampled heap profiler (its records and their writer: profile_records.c; its
+ *              unwinder: profile_unwind.c)
  *   thread.c   thread records, binding heaps to pools, the allocation entry points, thread exit
  *   checked.c  checked mode: a pool whose every operation runs under its lock, validated (the
  *              quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c)

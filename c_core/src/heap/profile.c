@@ -39,13 +39,15 @@
  * free) then names its allocation site. So a small block's free costs nothing more, sampled or
  * not; a sampled block costs a page of memory.
  *
- * The call stack: glibc's backtrace() (libgcc's unwinder, from the binaries' .eh_frame: Debian's
- * binaries keep no frame pointers, so a frame-pointer walk would stop at the first libc frame).
- * It is made safe inside malloc: its first call loads libgcc_s and allocates, so it is called once
- * at start-up, before sampling is on; a thread-local flag sends an allocation made while this
- * thread samples (none is expected) to the plain path; and with glibc 2.35 and libgcc 12 or later
- * the unwinder finds a frame's object through _dl_find_object, which takes no lock. The frames of
- * mtpool itself are dropped from the top of each stack.
+ * The call stack: the frames glibc's backtrace() would give (libgcc's unwinder, from the binaries'
+ * .eh_frame: Debian's binaries keep no frame pointers, so a frame-pointer walk would stop at the
+ * first libc frame), from profile_unwind.c, which keeps each return address's CFA row in a table
+ * and so reads a frame in a few steps, and leaves to backtrace() what it does not handle. Both
+ * are made safe inside malloc: backtrace()'s first call loads libgcc_s and allocates, so it is
+ * called once at start-up, before sampling is on; a thread-local flag sends an allocation made
+ * while this thread samples (none is expected) to the plain path; and with glibc 2.35 and libgcc
+ * 12 or later the unwinders find a frame's object through _dl_find_object, which takes no lock.
+ * The frames of mtpool itself are dropped from the top of each stack.
  *
  * Records (profile_records.c, with what writes them out): stacks and live samples in two
  * open-addressed tables mapped once (never from malloc), under mtp__prof_lock, which is held
@@ -65,7 +67,6 @@
 #include "base/os.h"
 #include "profile_records.h"
 
-#define RAW_DEPTH 64          /* frames unwound, mtpool's own included */
 /* A refill carves a slab's fresh blocks up to this many bytes' worth, not the whole slab ahead:
  * carving writes every block's link, and so touches their pages before the program does. */
 #define CARVE_BYTES 16384u
@@ -228,8 +229,8 @@ void mtp__prof_thread_done(void) {
  * mtpool's object, or in a static link those up to and including the frame of
  * mtp__heap_alloc_slow (slow_ret: the address in it that the sampling path returns to). */
 static uint32_t capture(void **out, void *slow_ret) {
-  void *raw[RAW_DEPTH];
-  int n = backtrace(raw, RAW_DEPTH);
+  void *raw[MTP_PROF_UNWIND_MAX];
+  int n = mtp__prof_backtrace(raw, MTP_PROF_UNWIND_MAX);
   int first = 0;
   if (self_hi != 0) {
     while (first < n && (uintptr_t)raw[first] >= self_lo && (uintptr_t)raw[first] < self_hi) first++;
@@ -366,7 +367,7 @@ __attribute__((constructor)) static void prof_start(void) {
   mtp__prof_stacks = map_zeroed(MTP_PROF_STACK_SLOTS * sizeof(prof_stack_t));
   mtp__prof_live = map_zeroed(MTP_PROF_LIVE_SLOTS * sizeof(prof_live_t));
   /* no profile: the program runs as without one */
-  if (mtp__prof_stacks == NULL || mtp__prof_live == NULL) return;
+  if (mtp__prof_stacks == NULL || mtp__prof_live == NULL || !mtp__prof_unwind_init()) return;
   strcpy(mtp__prof_path, path);
   find_self();
   /* The unwinder's first call loads libgcc_s and allocates: made now, while sampling is off. */

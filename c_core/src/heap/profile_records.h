@@ -51,6 +51,24 @@ void mtp__prof_dump_on_signal_pending(void);
 /* MTPOOL_PROFILE_SIGNAL's handler: a numbered dump, now or left to the next sample. */
 void mtp__prof_on_signal(int sig);
 
+/* ---- profile_unwind.c: the unwinder ---- */
+#define MTP_PROF_UNWIND_MAX 64 /* frames an unwind gives at most, mtpool's own included */
+/* 1: its own unwinder (x86-64, glibc 2.35 or later: _dl_find_object); 0: backtrace() alone */
+#if MTP_HAVE_UNWINDER && defined(__x86_64__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define MTP_PROF_FAST_UNWIND 1
+#else
+#define MTP_PROF_FAST_UNWIND 0
+#endif
+/* Start-up, before sampling: the unwinder's table mapped. false: no memory for it. */
+bool mtp__prof_unwind_init(void);
+/* The return addresses of the calling thread's stack, innermost first, from the caller's frame
+ * on: what backtrace() called in its place gives. At most max (<= MTP_PROF_UNWIND_MAX); their
+ * number. */
+int mtp__prof_backtrace(void **pc, int max);
+/* Stacks unwound by backtrace() (the fast unwinder could not), for the tests. */
+extern mtpi_atomic_u64 mtp__prof_unwind_slow;
+
 #pragma GCC visibility pop
 
 #endif
