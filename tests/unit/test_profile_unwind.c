@@ -1,15 +1,17 @@
 /* Unit test of the heap profiler's unwinder (heap/profile_unwind.c): mtp__prof_backtrace gives the
  * frames glibc's backtrace() gives, frame for frame and to the same end, on stacks of every shape
  * the unwinder meets: plain calls, a frame whose CFA is rbp-based (alloca), frames of libc's
- * (qsort's callback), a thread's stack (clone3's end) and the main thread's (_start's), a deep
- * stack cut at the limit; and its rows are read from its table the second time. Through a signal
- * frame, which it leaves to backtrace(), the frames are still backtrace()'s. Where it has no
- * unwinder of its own (MTP_PROF_FAST_UNWIND 0) every stack is backtrace()'s and only equality is
- * checked. */
+ * (qsort's callback) and of a library that dlopen loaded (libgcc_s's _Unwind_Backtrace calling
+ * back), a thread's stack (clone3's end) and the main thread's (_start's), a deep stack cut at the
+ * limit; and its rows are read from its table the second time. Through a signal frame, which it
+ * leaves to backtrace(), the frames are still backtrace()'s. Where it has no unwinder of its own
+ * (MTP_PROF_FAST_UNWIND 0) every stack is backtrace()'s and only equality is checked. */
 #define _GNU_SOURCE
 #include <alloca.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unwind.h>
 
 #include "heap/profile_records.h"
 #include "testhelper.h"
@@ -100,6 +102,26 @@ static FRAME int deep(int n) {
   return r + 1;
 }
 
+/* a callback from a library that dlopen loaded (libgcc_s: backtrace() loads it so), whose
+ * frames are named through _dl_find_object */
+static _Unwind_Reason_Code from_dlopened(struct _Unwind_Context *ctx, void *arg) {
+  (void)ctx;
+  int *calls = arg;
+  if ((*calls)++ == 0) compare_here("dlopened library", true);
+  return _URC_NO_REASON;
+}
+static FRAME void through_dlopened(void) {
+  void *gcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (gcc == NULL) return; /* linked statically, or not loaded: nothing of dlopen's to go through */
+  _Unwind_Reason_Code (*walk)(_Unwind_Trace_Fn, void *);
+  *(void **)&walk = dlsym(gcc, "_Unwind_Backtrace");
+  int calls = 0;
+  if (walk != NULL) walk(from_dlopened, &calls);
+  EXPECT(walk == NULL || calls > 0, "_Unwind_Backtrace called back");
+  dlclose(gcc);
+  KEEP_FRAME();
+}
+
 static void *thread_main(void *arg) {
   (void)arg;
   plain_1();
@@ -120,6 +142,7 @@ static void test_main_thread(void) {
   with_alloca(100);
   with_alloca(5000);
   through_libc();
+  through_dlopened();
   CHECK_EQ_SZ(deep(20), 20);
 }
 

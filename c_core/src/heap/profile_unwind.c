@@ -8,8 +8,9 @@
  * given address never changes while its object is loaded, so each address's row is computed once
  * (the same way: the FDE through _dl_find_object and .eh_frame_hdr, the programs run up to the
  * address) and kept in a table shared by the threads, keyed by the address and its object. A
- * frame then costs _dl_find_object (no lock; it names the object, which guards against a library
- * unloaded and another one loaded at its address) and a probe of the table.
+ * frame then costs a probe of the table, and outside the objects that are never unloaded (the
+ * executable, mtpool's and libc) a _dl_find_object (no lock) to name its object, which guards
+ * against a library unloaded and another one loaded at its address.
  *
  * What it does not know it leaves to libgcc: a row it cannot apply with those three registers
  * (the CFA or rbp or the return address by an expression or in another register, a signal frame,
@@ -22,8 +23,10 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <link.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "profile_records.h"
 
@@ -407,17 +410,61 @@ typedef struct cache_entry {
 
 static cache_entry_t *cache; /* mapped at start-up */
 
+/* Objects that are never unloaded, whose frames need no _dl_find_object to name their object: the
+ * executable, mtpool's own and libc, found at start-up. Written once before sampling starts, read
+ * only after. */
+#define PERMANENT_MAX 3
+static struct {
+  uintptr_t lo, hi; /* its executable segments' range */
+} permanent[PERMANENT_MAX];
+static unsigned permanent_n;
+
+static int permanent_add(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  const uintptr_t *want = arg; /* addresses in the objects wanted; 0: the executable */
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if (a < lo) lo = a;
+    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+  }
+  bool keep = info->dlpi_name == NULL || info->dlpi_name[0] == 0; /* the executable */
+  for (unsigned k = 0; k < 2 && !keep; k++) keep = want[k] >= lo && want[k] < hi;
+  if (keep && lo < hi && permanent_n < PERMANENT_MAX) {
+    permanent[permanent_n].lo = lo;
+    permanent[permanent_n].hi = hi;
+    permanent_n++;
+  }
+  return 0;
+}
+
+static bool in_permanent(uintptr_t a) {
+  for (unsigned k = 0; k < permanent_n; k++)
+    if (a - permanent[k].lo < permanent[k].hi - permanent[k].lo) return true;
+  return false;
+}
+
+/* a's row: from the table, or computed and added to it. An address in a permanent object is its
+ * own key; elsewhere the entry must also name a's object as _dl_find_object does now, so that an
+ * object loaded where an unloaded one was finds none of the other's rows. */
 static rule_t rule_for(uintptr_t a) {
   struct dl_find_object o;
-  if (_dl_find_object((void *)a, &o) != 0) return rule_libgcc; /* not in a loaded object */
-  uintptr_t base = (uintptr_t)o.dlfo_map_start;
+  bool perm = in_permanent(a), found = false;
+  if (!perm) {
+    if (_dl_find_object((void *)a, &o) != 0) return rule_libgcc; /* not in a loaded object */
+    found = true;
+  }
   uint32_t home = (uint32_t)((a * 0x9E3779B97F4A7C15ull) >> 50), i = home;
   for (unsigned k = 0; k < PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {
     cache_entry_t *e = &cache[i];
     uintptr_t key = mtp__load_acquire(&e->key); /* pairs with the release that published it */
     if (key == 0) break;
-    if (key == a && e->base == base && e->eh == o.dlfo_eh_frame) return e->rule;
+    if (key == a && (perm || (e->base == (uintptr_t)o.dlfo_map_start && e->eh == o.dlfo_eh_frame)))
+      return e->rule;
   }
+  if (!found && _dl_find_object((void *)a, &o) != 0) return rule_libgcc;
   rule_t ru = rule_compute(&o, a);
   i = home;
   for (unsigned k = 0; k < PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {
@@ -425,7 +472,7 @@ static rule_t rule_for(uintptr_t a) {
     uintptr_t expected = 0;
     /* the claim: ordering is the publishing store's job below */
     if (!mtp__cas_strong_acq_rel(&e->key, &expected, a | KEY_BUSY)) continue;
-    e->base = base;
+    e->base = (uintptr_t)o.dlfo_map_start;
     e->eh = o.dlfo_eh_frame;
     e->rule = ru;
     mtp__store_release(&e->key, a); /* publishes the fields above */
@@ -439,6 +486,11 @@ bool mtp__prof_unwind_init(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return false;
   cache = p;
+  /* Objects loaded at start-up are never unloaded (glibc unloads only what dlopen loaded); of
+   * those, the ones in nearly every stack: the executable, this code's and libc's (getpid's). */
+  uintptr_t want[2] = {(uintptr_t)&mtp__prof_backtrace, (uintptr_t)&getpid};
+  permanent_n = 0;
+  (void)dl_iterate_phdr(permanent_add, want);
   return true;
 }
 
@@ -450,7 +502,7 @@ bool mtp__prof_unwind_init(void) {
  * assembly, out of the sanitizers' sight: it is no object of this code's. */
 static inline uintptr_t stack_word(uintptr_t at) {
   uintptr_t v;
-  __asm__ volatile("movq (%1), %0" : "=r"(v) : "r"(at) : "memory");
+  __asm__ volatile("movq (%1), %0" : "=r"(v) : "r"(at));
   return v;
 }
 
