@@ -359,7 +359,7 @@ static const uint8_t *fde_find(const struct dl_find_object *o, uintptr_t a) {
 }
 
 /* The row at address a (a return address less one, or an exact address) of object o. */
-static rule_t rule_compute(const struct dl_find_object *o, uintptr_t a) {
+static MTP_NOINLINE rule_t rule_compute(const struct dl_find_object *o, uintptr_t a) {
   const uint8_t *f = fde_find(o, a);
   if (f == NULL) return rule_libgcc;
   rd_t r = {f, f + 8, false};
@@ -403,7 +403,7 @@ static rule_t rule_compute(const struct dl_find_object *o, uintptr_t a) {
 
 typedef struct cache_entry {
   mtpi_atomic_uptr key; /* the address (a return address less one); 0: unused */
-  uintptr_t base;       /* its object: where it is mapped, and its .eh_frame_hdr */
+  uintptr_t base;       /* its object: where it is mapped (0: a permanent one), its .eh_frame_hdr */
   const void *eh;
   rule_t rule;
 } cache_entry_t;
@@ -446,39 +446,46 @@ static bool in_permanent(uintptr_t a) {
   return false;
 }
 
-/* a's row: from the table, or computed and added to it. An address in a permanent object is its
- * own key; elsewhere the entry must also name a's object as _dl_find_object does now, so that an
- * object loaded where an unloaded one was finds none of the other's rows. */
-static rule_t rule_for(uintptr_t a) {
-  struct dl_find_object o;
-  bool perm = in_permanent(a), found = false;
-  if (!perm) {
-    if (_dl_find_object((void *)a, &o) != 0) return rule_libgcc; /* not in a loaded object */
-    found = true;
-  }
-  uint32_t home = (uint32_t)((a * 0x9E3779B97F4A7C15ull) >> 50), i = home;
-  for (unsigned k = 0; k < PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {
-    cache_entry_t *e = &cache[i];
-    uintptr_t key = mtp__load_acquire(&e->key); /* pairs with the release that published it */
-    if (key == 0) break;
-    if (key == a && (perm || (e->base == (uintptr_t)o.dlfo_map_start && e->eh == o.dlfo_eh_frame)))
-      return e->rule;
-  }
-  if (!found && _dl_find_object((void *)a, &o) != 0) return rule_libgcc;
-  rule_t ru = rule_compute(&o, a);
-  i = home;
-  for (unsigned k = 0; k < PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {
+/* rule_for's miss: a's row computed and added to the table (found: o already names a's object). */
+static MTP_NOINLINE rule_t rule_add(uintptr_t a, uint32_t home, struct dl_find_object *o,
+                                    bool found) {
+  if (!found && _dl_find_object((void *)a, o) != 0) return rule_libgcc; /* not in a loaded object */
+  rule_t ru = rule_compute(o, a);
+  for (unsigned k = 0, i = home; k < PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {
     cache_entry_t *e = &cache[i];
     uintptr_t expected = 0;
     /* the claim: ordering is the publishing store's job below */
     if (!mtp__cas_strong_acq_rel(&e->key, &expected, a | KEY_BUSY)) continue;
-    e->base = (uintptr_t)o.dlfo_map_start;
-    e->eh = o.dlfo_eh_frame;
+    e->base = in_permanent(a) ? 0 : (uintptr_t)o->dlfo_map_start;
+    e->eh = o->dlfo_eh_frame;
     e->rule = ru;
     mtp__store_release(&e->key, a); /* publishes the fields above */
     break;
   }
   return ru;
+}
+
+/* a's row: from the table, or computed and added to it. An entry made for an address in a
+ * permanent object names none (base 0): its key alone is enough. Any other entry must name a's
+ * object as _dl_find_object does now, so that an object loaded where an unloaded one was finds
+ * none of the other's rows. */
+MTP_INLINE rule_t rule_for(uintptr_t a) {
+  struct dl_find_object o;
+  bool found = false;
+  uint32_t home = (uint32_t)((a * 0x9E3779B97F4A7C15ull) >> 50), i = home;
+  for (unsigned k = 0; k < PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {
+    cache_entry_t *e = &cache[i];
+    uintptr_t key = mtp__load_acquire(&e->key); /* pairs with the release that published it */
+    if (key == 0) break;
+    if (key != a) continue;
+    if (MTP_LIKELY(e->base == 0)) return e->rule;
+    if (!found) {
+      if (_dl_find_object((void *)a, &o) != 0) return rule_libgcc; /* not in a loaded object */
+      found = true;
+    }
+    if (e->base == (uintptr_t)o.dlfo_map_start && e->eh == o.dlfo_eh_frame) return e->rule;
+  }
+  return rule_add(a, home, &o, found);
 }
 
 bool mtp__prof_unwind_init(void) {
@@ -507,6 +514,8 @@ static inline uintptr_t stack_word(uintptr_t at) {
 }
 
 MTP_NOINLINE int mtp__prof_backtrace(void **out, int max) {
+  if (MTP_UNLIKELY(cache == NULL)) /* not started */
+    return slow_backtrace(out, max, __builtin_return_address(0));
   uintptr_t pc, sp, bp;
   /* This frame, at an exact address (its row is the one at that address); rbp is read first, in
    * case the compiler picks rbp's register for another output. */
@@ -516,7 +525,7 @@ MTP_NOINLINE int mtp__prof_backtrace(void **out, int max) {
   int n = 0;
   bool own = true; /* this function's frame: not kept (backtrace() starts at its caller's) */
   for (;;) {
-    rule_t ru = cache != NULL ? rule_for(a) : rule_libgcc;
+    rule_t ru = rule_for(a);
     unsigned kind = ru.how & RULE_KIND;
     if (kind == RULE_LIBGCC) goto slow;
     if (!own) out[n++] = (void *)pc;
