@@ -135,13 +135,12 @@ static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *last
     uint32_t depth = capture(pc, last_ret);
     pthread_mutex_lock(&mtp__prof_lock);
     uint32_t si = mtp__prof_stack_slot(pc, depth);
-    prof_stack_t *s = &mtp__prof_stacks[si];
-    s->alloc_count++;
-    s->alloc_bytes += size;
-    if (mtp__prof_live_n < MTP_PROF_LIVE_MAX) { /* else counted as allocated, never as live */
-      s->live_count++;
-      s->live_bytes += size;
-      mtp__prof_live_insert((uintptr_t)p, si, size);
+    prof_counts_t *c = &mtp__prof_stacks[si].counts[mtp__prof_shard()];
+    c->alloc_count++;
+    c->alloc_bytes += (int64_t)size;
+    if (mtp__prof_live_insert((uintptr_t)p, si, size)) { /* else allocated, never live */
+      c->live_count++;
+      c->live_bytes += (int64_t)size;
     }
     pthread_mutex_unlock(&mtp__prof_lock);
   }
@@ -258,8 +257,11 @@ __attribute__((constructor)) static void prof_start(void) {
   }
   mtp__prof_stacks = map_zeroed(MTP_PROF_STACK_SLOTS * sizeof(prof_stack_t));
   mtp__prof_live = map_zeroed(MTP_PROF_LIVE_SLOTS * sizeof(prof_live_t));
+  mtp__prof_live_spare = map_zeroed(MTP_PROF_LIVE_SLOTS * sizeof(prof_live_t));
   /* no profile: the program runs as without one */
-  if (mtp__prof_stacks == NULL || mtp__prof_live == NULL || !mtp__prof_unwind_init()) return;
+  if (mtp__prof_stacks == NULL || mtp__prof_live == NULL || mtp__prof_live_spare == NULL ||
+      !mtp__prof_unwind_init())
+    return;
   strcpy(mtp__prof_path, path);
   find_self();
   /* The unwinder's first call loads libgcc_s and allocates: made now, while sampling is off. */
