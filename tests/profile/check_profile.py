@@ -9,7 +9,7 @@ prints, and under 2 MiB in use for a site that freed everything; the same for th
 program made at mid-run (mtp_profile_dump); with MTPOOL_SHOW_LEAKS, the leak list is sorted,
 largest first, and adds up to the bytes the program keeps. MODE fork: each child wrote its own
 file (%p) and the first child's site is there, not in the parent's. MODE off: no profile is
-written. Exit 0 when all hold; 77 (skipped) when google-pprof is not installed."""
+written. MODE every (MTPOOL_PROFILE_RATE=1: every allocation sampled): the site's bytes exact. Exit 0 when all hold; 77 (skipped) when google-pprof is not installed."""
 import glob
 import os
 import re
@@ -19,6 +19,7 @@ import sys
 
 RATE = 65536
 TOLERANCE = 0.15
+EXACT = 1e-6  # pprof's floating-point sums
 FREED_MAX = 2 << 20
 
 
@@ -42,7 +43,7 @@ def pprof_sites(pprof, exe, profile, kind):
     return sites
 
 
-def check_sites(pprof, exe, profile, truth):
+def check_sites(pprof, exe, profile, truth, tolerance=TOLERANCE):
     inuse = pprof_sites(pprof, exe, profile, "inuse_space")
     alloc = pprof_sites(pprof, exe, profile, "alloc_space")
     for name, (live, total) in truth.items():
@@ -54,7 +55,7 @@ def check_sites(pprof, exe, profile, truth):
                 print("  %-18s %-9s truth %11d  pprof %11d  (under 2 MiB) %s" % (name, kind, want, got, "ok" if ok else "BAD"))
             else:
                 err = abs(got - want) / want
-                ok = err <= TOLERANCE
+                ok = err <= tolerance
                 print("  %-18s %-9s truth %11d  pprof %11d  %+6.1f%% %s" % (name, kind, want, got, 100.0 * (got - want) / want, "ok" if ok else "BAD"))
             if not ok:
                 fail("%s: %s %s bytes off the truth" % (profile, name, kind))
@@ -127,6 +128,14 @@ def main():
         if inuse.get("site_churn", 0) == 0:
             fail("the parent's profile lacks its churning thread's site")
         print("parent's profile: prof.%s, without the child's site" % parent)
+        return
+    if mode == "every":
+        if len(files) != 1:
+            fail("one profile expected at exit, found %s" % files)
+        if extra.get("MTPOOL_PROFILE_RATE") != "1":
+            fail("mode every needs MTPOOL_PROFILE_RATE=1")
+        print("profile at exit: " + files[0])
+        check_sites(pprof, exe, files[0], truth, tolerance=EXACT)
         return
     fail("unknown mode " + mode)
 

@@ -7,6 +7,10 @@
  *   profile_sites fork DIR    a child of fork() allocates at a site of its own and exits: its own
  *                              profile file (%p); another thread allocates across the fork
  *   profile_sites off DIR     profiling off: mtp_profile_dump fails with ENOTSUP
+ *   profile_sites every DIR   run with MTPOOL_PROFILE_RATE=1: every allocation is sampled, so the
+ *                              sites' bytes are exact; blocks of the classes from 64 B, from the slab and
+ *                              from the reuse list, each sample taking the place of the block the
+ *                              fast path had popped (which goes back), their contents checked
  * Linked to mtpool's drop-in malloc (tests/malloc's convention: mtp_profile_dump found with
  * dlsym, so that it fails where malloc is not replaced), or, with MTP_PROFILE_CORE, to the core,
  * allocating with mtp_alloc (the sanitizer builds, where the drop-in is not built). */
@@ -98,6 +102,12 @@ static SITE void *site_thread(size_t size) {
 static SITE void *site_child(size_t size) {
   void *p = ALLOC(size);
   if (p) memset(p, 7, 16);
+  return p;
+}
+
+static SITE void *site_every(size_t size) {
+  void *p = ALLOC(size);
+  if (p) memset(p, (int)(size & 0xff), size);
   return p;
 }
 
@@ -204,6 +214,37 @@ static int run_sites(const char *dir) {
   return 0; /* the blocks kept stay in use at exit */
 }
 
+/* Sizes over the classes from 64 B to 32 KiB (an allocation of s bytes is sampled with
+ * probability 1 - exp(-s) at rate 1: from 64 B on, certainly), a few blocks each, every other one
+ * freed at once (so that the next allocation of the class pops a freed block: the slab's list up
+ * to 1 KiB, the reuse list above), the rest kept and checked. */
+static int run_every(void) {
+  size_t live = 0, total = 0, n = 0;
+  void **v = keep(4096);
+  size_t *len = ALLOC(4096 * sizeof(size_t));
+  if (len == NULL) fail("out of memory");
+  for (size_t size = 64; size <= 32768 && n < 4096; size += size < 1024 ? 7 : 331) {
+    for (int k = 0; k < 4 && n < 4096; k++) {
+      void *p = site_every(size);
+      if (p == NULL) fail("out of memory");
+      total += size;
+      if (k % 2) {
+        FREE(p);
+        continue;
+      }
+      v[n] = p;
+      len[n++] = size;
+      live += size;
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < len[i]; j++)
+      if (((unsigned char *)v[i])[j] != (unsigned char)(len[i] & 0xff))
+        fail("a block's contents changed");
+  truth("site_every", live, total);
+  return 0; /* the blocks kept stay in use at exit */
+}
+
 /* The child of a fork made while other threads run: a sanitizer's allocator lock one of them held
  * stays locked in the child (GCC 12's libsanitizer takes none around fork), and LeakSanitizer's
  * check at exit, or a first stdio buffer, would wait on it for ever. The child's leaks are not what
@@ -253,7 +294,7 @@ static int run_fork(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) fail("usage: profile_sites sites|fork|off DIR");
+  if (argc != 3) fail("usage: profile_sites sites|fork|off|every DIR");
   setvbuf(stdout, NULL, _IOLBF, 0);
 #if !defined(MTP_PROFILE_CORE)
   *(void **)&dump_fn = dlsym(RTLD_DEFAULT, "mtp_profile_dump");
@@ -261,6 +302,7 @@ int main(int argc, char **argv) {
 #endif
   if (strcmp(argv[1], "sites") == 0) return run_sites(argv[2]);
   if (strcmp(argv[1], "fork") == 0) return run_fork();
+  if (strcmp(argv[1], "every") == 0) return run_every();
   if (strcmp(argv[1], "off") == 0) {
     char path[4096];
     snprintf(path, sizeof path, "%s/off.heap", argv[2]);

@@ -4,7 +4,8 @@
  *                                       steps to 1 KiB, 16-byte steps above)
  *     heap = tl_default_heap            (a static empty heap until the thread's first slow path)
  *     slab = heap->current[class]; b = slab->free
- *     b != NULL: slab->free = b->next; used++; allocs++   -> b
+ *     b != NULL: slab->free = b->next; used++; allocs++; heap->prof_left -= size   -> b
+ *                                       (the profiler's count: below 0, mtp__prof_fast_sample)
  *     else mtp__heap_alloc_slow         (heap/: reuse list, collect remote frees, carve, next slab, pool)
  *
  *   mtp_free(p)
@@ -37,19 +38,25 @@ const char *mtp_version(void) {
 
 /* ---- allocation ---- */
 
-MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls) {
+MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls, size_t size) {
   mtpi_desc_t *s = h->current[cls];
   mtpi_block_t *b = mtp__slab_pop(s);
   if (MTP_UNLIKELY(b == NULL)) return NULL;
   h->m.allocs++;
+  /* the profiler's count (heap/profile.c): below 0, a tail call that returns the allocation */
+  if (MTP_UNLIKELY((h->prof_left -= (int64_t)size) < 0))
+    return mtp__prof_fast_sample(h, b, size, false);
   return b;
 }
 
 /* A class above MTP_DIRECT_MAX: the block this thread freed last of the class (its reuse list,
  * heap/reuse.c), its lines likely still cached, else the current slab's. */
-MTP_INLINE void *heap_alloc_reuse(mtpi_heap_t *h, unsigned cls) {
-  if (h->reuse[cls] == NULL) return heap_alloc_fast(h, cls);
-  return mtp__reuse_pop(h, cls);
+MTP_INLINE void *heap_alloc_reuse(mtpi_heap_t *h, unsigned cls, size_t size) {
+  if (h->reuse[cls] == NULL) return heap_alloc_fast(h, cls, size);
+  mtpi_block_t *b = mtp__reuse_pop(h, cls);
+  if (MTP_UNLIKELY((h->prof_left -= (int64_t)size) < 0))
+    return mtp__prof_fast_sample(h, b, size, true); /* the profiler's count, as above */
+  return b;
 }
 
 /* A pooled size from h's fast paths; NULL: the slow path's (above MTP_MAX_SMALL too). Sizes up to
@@ -57,9 +64,9 @@ MTP_INLINE void *heap_alloc_reuse(mtpi_heap_t *h, unsigned cls) {
  * table and the reuse list. */
 MTP_INLINE void *alloc_fast(mtpi_heap_t *h, size_t size) {
   if (MTP_LIKELY(size <= MTP_DIRECT_MAX))
-    return heap_alloc_fast(h, mtp__class_direct[(size + 7) >> 3]);
+    return heap_alloc_fast(h, mtp__class_direct[(size + 7) >> 3], size);
   if (MTP_LIKELY(size <= MTP_MAX_SMALL))
-    return heap_alloc_reuse(h, mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT]);
+    return heap_alloc_reuse(h, mtp__class_upper[(size + 15) >> MTP_UPPER_SHIFT], size);
   return NULL;
 }
 
@@ -102,12 +109,7 @@ static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
   if (pool->check) return mtp__checked_alloc(pool, size, alignment);
   /* the smallest class whose every block is aligned enough (blocks are never headed) */
   unsigned cls = mtp__class_aligned(size ? size : 1, alignment);
-  if (cls < MTP_NUM_CLASSES) {
-    /* profiling: the class's stand-in list goes back before a slow path of the class
-     * (heap/profile.c) */
-    if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) mtp__prof_drain_class(cls);
-    return mtp__heap_alloc_class(pool, cls);
-  }
+  if (cls < MTP_NUM_CLASSES) return mtp__heap_alloc_class(pool, cls);
   /* a packed block starts on a unit (512 B aligned), a medium run on a page (64 KiB) */
   if (size <= MTP_MEDIUM_MAX && alignment <= MTP_PAGE_SIZE)
     return mtp__heap_medium_alloc(pool, size, false, alignment <= MTP_UNIT_SIZE);

@@ -6,7 +6,8 @@
  *   reuse.c    the reuse lists: blocks the thread freed into its own slabs, handed out first
  *   slabs.c    the heap's slabs: taking a block, exhausted slabs, the free slow paths, give-back
  *   shared.c   the pool's shared heaps, which serve a thread's first blocks of a class
- *   profile.c  the sampled heap profiler (its records and their writer: profile_records.c)
+ *   profile.c  the sampled heap profiler (its records and their writer: profile_records.c; its
+ *              unwinder: profile_unwind.c)
  *   thread.c   thread records, binding heaps to pools, the allocation entry points, thread exit
  *   checked.c  checked mode: a pool whose every operation runs under its lock, validated (the
  *              quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c)
@@ -144,14 +145,19 @@ void mtp__heap_shared_trim(mtpi_pool_t *pool);
 void mtp__heap_shared_trim_all(void);
 
 /* ---- profile.c (says how it works), profile_records.c: the profiler (MTPOOL_PROFILE) ---- */
-/* Whether profiling is on: set once at start-up, before the program's threads. While on, the
- * default heap pointer stays at the empty sentinel and every default-pool allocation comes to
- * mtp__heap_alloc_slow. */
+/* Whether profiling is on: set once at start-up, before the program's threads. */
 extern bool mtp__prof_on;
-/* The slow path's first step while profiling, for the default pool: the allocation is counted;
- * sampled, or served from the thread's reuse list or current slab (*done), else left to the usual
- * slow path (!*done). */
+/* The slow path's first step while profiling, for the default pool: the allocation is counted,
+ * and sampled (*done) or left to the usual slow path (!*done). */
 void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
+/* A fast path's pop of b, for an allocation of size bytes, took h's count (prof_left) below 0:
+ * b goes back where it came from (h's reuse list if reuse, else h's current slab of its class)
+ * and the allocation is sampled; returns it, or b itself when it cannot be sampled: never NULL. */
+__attribute__((returns_nonnull)) void *mtp__prof_fast_sample(mtpi_heap_t *h, mtpi_block_t *b,
+                                                              size_t size, bool reuse);
+/* The count (prof_left) of a heap made for pool: while profiling the default pool, the calling
+ * thread's bytes to its next sample; else INT64_MAX. */
+int64_t mtp__prof_first_left(const mtpi_pool_t *pool);
 #define MTP_PROF_MAX_DEPTH 48 /* frames kept per stack */
 /* While profiling: if p is a live sampled block, its allocation site's frames copied into pc (at
  * most max; innermost first), their number returned (0: not a sample); `forget`: the sample is
@@ -160,11 +166,6 @@ void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
 unsigned mtp__prof_origin(const void *p, void **pc, unsigned max, bool forget);
 /* Whether p is a live sampled block. */
 bool mtp__prof_holds(const void *p);
-/* The calling thread's stand-in list of class cls back to its heap (before a slow path of cls
- * that does not come through mtp__prof_alloc: an aligned allocation). */
-void mtp__prof_drain_class(unsigned cls);
-/* The calling thread's stand-in heap given back (thread exit or flush, before its heaps go). */
-void mtp__prof_thread_done(void);
 
 /* ---- thread.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);

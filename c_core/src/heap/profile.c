@@ -1,36 +1,22 @@
 /* The sampled heap profiler (MTPOOL_PROFILE): which call stacks hold the default pool's memory.
  *
- * Sampling. Each thread counts down the bytes it allocates from a random distance drawn from an
- * exponential distribution of mean MTPOOL_PROFILE_RATE; the allocation that takes the count to zero
- * or below is sampled, and a new distance is drawn. Every byte is then the start of a sample with
- * probability 1/rate, whatever the sizes and their order (a Poisson process over the bytes, as in
- * tcmalloc and jemalloc), and an allocation of s bytes is sampled with probability
- * 1 - exp(-s/rate), which pprof divides out (heap_v2). The count charges what the allocation
- * takes: its size class's block size (a small block), or the size asked for.
+ * Sampling. Each thread counts down the bytes it allocates from the default pool from a random
+ * distance drawn from an exponential distribution of mean MTPOOL_PROFILE_RATE; the allocation
+ * that takes the count below zero is sampled, and a new distance is drawn. Every byte is then the
+ * start of a sample with probability 1/rate, whatever the sizes and their order (a Poisson process
+ * over the bytes, as in tcmalloc and jemalloc), and an allocation of s bytes is sampled with
+ * probability 1 - exp(-s/rate), which pprof divides out (heap_v2). The count charges the size
+ * asked for.
  *
- * How the allocations reach the count without a fast-path instruction: while profiling, a thread's
- * default heap pointer (mtp__tl_default_heap) points to a stand-in heap of its own (prof_proxy_t),
- * whose current slab of each class is a stand-in descriptor holding a bounded list of blocks
- * taken from the thread's real heap: as many as the class's count allows before its next sample.
- * The fast path pops them unchanged; when a list runs out, the allocation misses into
- * mtp__heap_alloc_slow (thread.c), which comes here: the allocation is charged (the one that
- * takes the count to zero is sampled), served from the real heap, and the list refilled. So every
- * allocation is counted, about one in a batch takes the slow path, and the counts are exact. Each
- * class counts on its own, from its own random distance: the classes' sampling points together
- * still fall on every byte with probability 1/rate (independent Poisson processes add up to one),
- * and a batch never outruns its own class's count. Medium and large allocations, which always
- * take the slow path, share one more count. With profiling off nothing changes: the fast paths
- * are the same code, and the slow path tests one flag. Pools made by mtp_pool_create are not
- * sampled.
- *
- * The blocks a stand-in list holds are the real heap's, counted as used by their slabs, as a reuse
- * list's are (heap/reuse.c). They come from the class's reuse list or its current slab's free list,
- * both owned by the thread; they go back (mtp__reuse_return, as the owner's frees) at thread exit
- * or flush and before an aligned allocation of their class. Invariant: while class c's list is not
- * empty, the thread runs no slow path of class c (its allocations are served from the list, an
- * aligned one drains it first), so the slabs its blocks lie in stay owned by the thread until they
- * go back. Statistics and the heap walk count them as in use meanwhile (at most a slab's free
- * blocks per class and thread).
+ * The count is the thread's default heap's prof_left (base/types.h). The fast paths (api/alloc.c)
+ * subtract the size from it after their pop, two instructions, and below zero give the block to
+ * mtp__prof_fast_sample, which puts it back and samples the allocation; the slow path
+ * (mtp__heap_alloc_slow, thread.c) charges the allocations it serves here (mtp__prof_alloc),
+ * medium and large ones included. A heap's count starts at the thread's distance when the heap
+ * is made (mtp__prof_first_left; before that, the thread's first allocations count on tl_left),
+ * and at INT64_MAX where nothing is sampled: profiling off (where the count costs the fast paths
+ * those two instructions, and never runs out), and pools made by mtp_pool_create. Aligned
+ * allocations, which go to their class's slow path directly, are not counted.
  *
  * Recognising a sampled block at free. A sampled allocation is served as a large block (its own
  * pages, pool/large.c), whose free always misses the free fast path and reaches free_not_region
@@ -39,13 +25,15 @@
  * free) then names its allocation site. So a small block's free costs nothing more, sampled or
  * not; a sampled block costs a page of memory.
  *
- * The call stack: glibc's backtrace() (libgcc's unwinder, from the binaries' .eh_frame: Debian's
- * binaries keep no frame pointers, so a frame-pointer walk would stop at the first libc frame).
- * It is made safe inside malloc: its first call loads libgcc_s and allocates, so it is called once
- * at start-up, before sampling is on; a thread-local flag sends an allocation made while this
- * thread samples (none is expected) to the plain path; and with glibc 2.35 and libgcc 12 or later
- * the unwinder finds a frame's object through _dl_find_object, which takes no lock. The frames of
- * mtpool itself are dropped from the top of each stack.
+ * The call stack: the frames glibc's backtrace() would give (libgcc's unwinder, from the binaries'
+ * .eh_frame: Debian's binaries keep no frame pointers, so a frame-pointer walk would stop at the
+ * first libc frame), from profile_unwind.c, which keeps each return address's CFA row in a table
+ * and so reads a frame in a few steps, and leaves to backtrace() what it does not handle. Both
+ * are made safe inside malloc: backtrace()'s first call loads libgcc_s and allocates, so it is
+ * called once at start-up, before sampling is on; a thread-local flag sends an allocation made
+ * while this thread samples (none is expected) to the plain path; and with glibc 2.35 and libgcc
+ * 12 or later the unwinders find a frame's object through _dl_find_object, which takes no lock.
+ * The frames of mtpool itself are dropped from the top of each stack.
  *
  * Records (profile_records.c, with what writes them out): stacks and live samples in two
  * open-addressed tables mapped once (never from malloc), under mtp__prof_lock, which is held
@@ -65,25 +53,13 @@
 #include "base/os.h"
 #include "profile_records.h"
 
-#define RAW_DEPTH 64          /* frames unwound, mtpool's own included */
-/* A refill carves a slab's fresh blocks up to this many bytes' worth, not the whole slab ahead:
- * carving writes every block's link, and so touches their pages before the program does. */
-#define CARVE_BYTES 16384u
-
-/* A thread's stand-in heap (the top of the file): the thread's own, made at its first slow path
- * while profiling, given back at its exit or flush. */
-typedef struct prof_proxy {
-  mtpi_heap_t heap;                   /* the fast path's view: current[c] = &stand[c]; no reuse list */
-  mtpi_desc_t stand[MTP_NUM_CLASSES]; /* free: blocks of the real heap; used: popped since refill */
-  uint32_t held[MTP_NUM_CLASSES];     /* blocks put on stand[c] at its last refill */
-  int64_t left[MTP_NUM_CLASSES + 1];  /* bytes until the next sample of each class; the last: medium
-                                         and large blocks */
-} prof_proxy_t;
-static MTP_TLS prof_proxy_t *tl_proxy;
-
 static int prof_signal;        /* MTPOOL_PROFILE_SIGNAL's number, or 0 */
 static uintptr_t self_lo, self_hi; /* mtpool's code: frames in it are dropped */
 static MTP_TLS uint64_t tl_rng;   /* 0: the thread has not drawn yet */
+/* The count of a thread that has no default heap yet (its first slow paths), handed to the heap
+ * when it is made. tl_left_set: tl_left holds a distance. */
+static MTP_TLS int64_t tl_left;
+static MTP_TLS bool tl_left_set;
 
 /* ---- random distances ---- */
 
@@ -116,126 +92,29 @@ static int64_t draw_distance(void) {
   return d < 1 ? 1 : d > 9.0e18 ? (int64_t)9e18 : (int64_t)d;
 }
 
-/* ---- the stand-in heap ---- */
-
-static prof_proxy_t *proxy_get(void) {
-  prof_proxy_t *x = tl_proxy;
-  if (MTP_LIKELY(x != NULL)) return x;
+/* The calling thread's next distance, its generator seeded at its first draw. */
+static int64_t first_distance(void) {
   if (tl_rng == 0) {
     uint64_t seed = (uintptr_t)&tl_rng ^ ((uint64_t)getpid() << 32) ^ mtp__os_now_ms();
     tl_rng = seed * 0x9E3779B97F4A7C15ull | 1;
   }
-  x = mtp__meta_alloc(sizeof(*x)); /* zeroed */
-  if (x == NULL) return NULL;
-  for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) {
-    x->stand[c].block_size = mtp__class_size[c];
-    x->stand[c].cls = (uint16_t)c;
-    x->heap.current[c] = &x->stand[c];
-    x->left[c] = draw_distance();
-  }
-  x->left[MTP_NUM_CLASSES] = draw_distance();
-  tl_proxy = x;
-  return x;
-}
-
-/* Class c's list back to the real heap h (its blocks as the owner's frees), the bytes it had
- * charged and not handed out refunded to the class's count. */
-static void stand_drain(prof_proxy_t *x, mtpi_heap_t *h, unsigned c) {
-  mtpi_desc_t *st = &x->stand[c];
-  if (st->free == NULL) return;
-  x->left[c] += (int64_t)(x->held[c] - st->used) * mtp__class_size[c];
-  mtpi_block_t *list = st->free;
-  st->free = NULL;
-  mtp__reuse_return(h, list, false);
-}
-
-/* Up to n blocks off the front of list *head of len blocks (len >= 1): the whole list in one step
- * when it fits, else a walk of n links. */
-static mtpi_block_t *cut(mtpi_block_t **head, uint32_t len, uint32_t n, uint32_t *got) {
-  mtpi_block_t *first = *head;
-  if (len <= n) {
-    *head = NULL;
-    *got = len;
-    return first;
-  }
-  mtpi_block_t *last = first;
-  for (uint32_t k = 1; k < n; k++) last = mtp__block_next(last);
-  *head = mtp__block_next(last);
-  mtp__block_set_next(last, NULL);
-  *got = n;
-  return first;
-}
-
-/* Class c's list is empty: refill it from h's reuse list of c, else its current slab's free list,
- * with as many blocks as c's count allows before its next sample (the allocation that reaches it
- * comes to the slow path). */
-static void stand_refill(prof_proxy_t *x, mtpi_heap_t *h, unsigned c) {
-  uint32_t size = mtp__class_size[c];
-  if (x->left[c] <= (int64_t)size) return;
-  int64_t room = (x->left[c] - 1) / size;
-  uint32_t n = room > (1 << 20) ? 1u << 20 : (uint32_t)room, got = 0;
-  mtpi_desc_t *st = &x->stand[c];
-  if (h->reuse[c] != NULL) {
-    st->free = cut(&h->reuse[c], h->reuse_n[c], n, &got);
-    h->reuse_n[c] = (uint8_t)(h->reuse_n[c] - got);
-  } else {
-    mtpi_desc_t *s = h->current[c];
-    if (s == &mtp__slab_empty) return;
-    /* The free list's length, from the owned slab's identity (types.h). A short one is carved
-     * further first: a thread whose blocks other threads free finds only the last page's carving
-     * there, and a list refilled one page at a time would send it to the slow path every few
-     * allocations. */
-    uint32_t len, want = n < CARVE_BYTES / size ? n : CARVE_BYTES / size;
-    for (;;) {
-      uint32_t rest = (uint32_t)((size_t)(s->end - mtp__slab_bump_owner(s)) / s->block_size);
-      len = s->capacity - MTP_USED(s) - rest;
-      if (len >= want || rest == 0 || !mtp__slab_extend(s)) break;
-    }
-    if (len == 0) return;
-    st->free = cut(&s->free, len, n, &got);
-    s->used += got;
-  }
-  st->used = 0;
-  x->held[c] = got;
-  x->left[c] -= (int64_t)got * size;
-  /* the fast path counted its pops on the stand-in heap: the real heap's statistics get them */
-  h->m.allocs += x->heap.m.allocs;
-  x->heap.m.allocs = 0;
-}
-
-void mtp__prof_drain_class(unsigned c) {
-  prof_proxy_t *x = tl_proxy;
-  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, 0);
-  if (x != NULL && h != NULL) stand_drain(x, h, c);
-}
-
-void mtp__prof_thread_done(void) {
-  prof_proxy_t *x = tl_proxy;
-  if (x == NULL) return;
-  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, 0);
-  if (mtp__tl_default_heap == &x->heap) mtp__tl_default_heap = &mtp__heap_empty;
-  tl_proxy = NULL;
-  if (h != NULL) {
-    for (unsigned c = 0; c < MTP_NUM_CLASSES; c++) stand_drain(x, h, c);
-    h->m.allocs += x->heap.m.allocs;
-  }
-  mtp__meta_free(x, sizeof(*x));
+  return draw_distance();
 }
 
 /* ---- sampling ---- */
 
 /* The frames of the stack that called into mtpool, mtpool's own dropped from the top: those in
- * mtpool's object, or in a static link those up to and including the frame of
- * mtp__heap_alloc_slow (slow_ret: the address in it that the sampling path returns to). */
-static uint32_t capture(void **out, void *slow_ret) {
-  void *raw[RAW_DEPTH];
-  int n = backtrace(raw, RAW_DEPTH);
+ * mtpool's object, or in a static link those up to and including the frame that last_ret, a
+ * return address into mtpool's code, lies in. */
+static uint32_t capture(void **out, void *last_ret) {
+  void *raw[MTP_PROF_UNWIND_MAX];
+  int n = mtp__prof_backtrace(raw, MTP_PROF_UNWIND_MAX);
   int first = 0;
   if (self_hi != 0) {
     while (first < n && (uintptr_t)raw[first] >= self_lo && (uintptr_t)raw[first] < self_hi) first++;
   } else {
     int i = 0;
-    while (i < n && raw[i] != slow_ret) i++;
+    while (i < n && raw[i] != last_ret) i++;
     first = i < n ? i + 1 : 0;
   }
   uint32_t depth = 0;
@@ -243,24 +122,25 @@ static uint32_t capture(void **out, void *slow_ret) {
   return depth;
 }
 
-static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *slow_ret) {
-  size_t charge = size <= MTP_MAX_SMALL ? mtp__class_size[mtp__class_lookup(size)] : size;
+/* The sampled allocation of size bytes: a large block of that size (a sized free of that size
+ * stays valid), whose free reaches mtp__prof_origin, with its stack recorded. last_ret: for
+ * capture() in a static link, the return address into mtp__heap_alloc_slow; NULL: this call's own
+ * return address (mtp__prof_fast_sample's: the public entry above it may have jumped to it). */
+static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *last_ret) {
+  if (last_ret == NULL) last_ret = __builtin_return_address(0);
   mtp__tl_prof_busy = true;
-  /* The sampled block: a large block of the size asked for (a sized free of that size stays
-   * valid), whose free reaches mtp__prof_origin. */
   void *p = mtp__large_alloc(pool, size, 0, NULL);
   if (p != NULL) {
     void *pc[MTP_PROF_MAX_DEPTH];
-    uint32_t depth = capture(pc, slow_ret);
+    uint32_t depth = capture(pc, last_ret);
     pthread_mutex_lock(&mtp__prof_lock);
     uint32_t si = mtp__prof_stack_slot(pc, depth);
-    prof_stack_t *s = &mtp__prof_stacks[si];
-    s->alloc_count++;
-    s->alloc_bytes += charge;
-    if (mtp__prof_live_n < MTP_PROF_LIVE_MAX) { /* else counted as allocated, never as live */
-      s->live_count++;
-      s->live_bytes += charge;
-      mtp__prof_live_insert((uintptr_t)p, si, charge);
+    prof_counts_t *c = &mtp__prof_stacks[si].counts[mtp__prof_shard()];
+    c->alloc_count++;
+    c->alloc_bytes += (int64_t)size;
+    if (mtp__prof_live_insert((uintptr_t)p, si, size)) { /* else allocated, never live */
+      c->live_count++;
+      c->live_bytes += (int64_t)size;
     }
     pthread_mutex_unlock(&mtp__prof_lock);
   }
@@ -269,41 +149,53 @@ static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *slow
   return p;
 }
 
+int64_t mtp__prof_first_left(const mtpi_pool_t *pool) {
+  if (pool->id != 0) return INT64_MAX;
+  if (!tl_left_set) return first_distance();
+  tl_left_set = false; /* the heap counts on from here */
+  return tl_left;
+}
+
 MTP_NOINLINE void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done) {
   *done = false;
-  prof_proxy_t *x = proxy_get();
-  if (x == NULL) return NULL; /* no record: this allocation goes unsampled */
-  unsigned c = size <= MTP_MAX_SMALL ? mtp__class_lookup(size) : MTP_NUM_CLASSES;
-  x->left[c] -= (int64_t)(c < MTP_NUM_CLASSES ? mtp__class_size[c] : size);
-  if (x->left[c] <= 0 && !mtp__tl_prof_busy && size != 0) {
-    x->left[c] = draw_distance();
-    *done = true;
-    /* the return address into mtp__heap_alloc_slow: the last frame of mtpool's in a static link */
-    return prof_sample(pool, size, __builtin_return_address(0));
-  }
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, 0);
-  if (c == MTP_NUM_CLASSES || pool->check || h == NULL || mtp__member_pool(&h->m) != pool ||
-      MTP_UNLIKELY(mtp__tl_exited))
-    return NULL; /* the usual slow path (which makes the heap at the thread's first call) */
-  mtpi_block_t *b;
-  if (x->stand[c].free != NULL) { /* not a fast-path miss (calloc, realloc): the list serves */
-    b = mtp__slab_pop(&x->stand[c]);
-    x->heap.m.allocs++;
-    *done = true;
+  int64_t *left;
+  if (MTP_LIKELY(h != NULL && mtp__member_pool(&h->m) == pool)) {
+    left = &h->prof_left;
+  } else { /* the thread's first allocations, before its heap is made */
+    if (!tl_left_set) {
+      tl_left = first_distance();
+      tl_left_set = true;
+    }
+    left = &tl_left;
+  }
+  if ((*left -= (int64_t)size) >= 0 || mtp__tl_prof_busy || size == 0)
+    return NULL; /* the usual slow path */
+  *left = draw_distance();
+  *done = true;
+  /* the return address into mtp__heap_alloc_slow: the last frame of mtpool's in a static link */
+  return prof_sample(pool, size, __builtin_return_address(0));
+}
+
+void *mtp__prof_fast_sample(mtpi_heap_t *h, mtpi_block_t *b, size_t size, bool reuse) {
+  if (MTP_UNLIKELY(!mtp__prof_on || h != mtp__tl_default_heap)) { /* INT64_MAX ran out */
+    h->prof_left = INT64_MAX;
     return b;
   }
-  /* the list is empty: what the fast path would have taken, then the list refilled */
-  if (h->reuse[c] != NULL) {
-    b = mtp__reuse_pop(h, c);
+  h->prof_left = draw_distance();
+  if (MTP_UNLIKELY(mtp__tl_prof_busy)) return b; /* an allocation made while sampling: plain */
+  void *p = prof_sample(mtp__default(), size, NULL);
+  if (p == NULL) return b; /* no large block for it: the allocation goes unsampled */
+  /* b goes back where the fast path took it from, as the owner's free */
+  unsigned cls = mtp__class_lookup(size);
+  h->m.allocs--;
+  if (reuse) {
+    mtp__reuse_push(h, cls, b);
   } else {
-    b = mtp__slab_pop(h->current[c]);
-    if (b == NULL) return NULL; /* the usual slow path refills the slab; the next call the list */
-    h->m.allocs++;
+    mtpi_desc_t *s = h->current[cls];
+    if (mtp__slab_push_untagged(s, b)) mtp__heap_retire_local(s);
   }
-  if (x->stand[c].free == NULL) stand_refill(x, h, c);
-  mtp__tl_default_heap = &x->heap;
-  *done = true;
-  return b;
+  return p;
 }
 
 /* ---- start-up, fork ---- */
@@ -365,8 +257,11 @@ __attribute__((constructor)) static void prof_start(void) {
   }
   mtp__prof_stacks = map_zeroed(MTP_PROF_STACK_SLOTS * sizeof(prof_stack_t));
   mtp__prof_live = map_zeroed(MTP_PROF_LIVE_SLOTS * sizeof(prof_live_t));
+  mtp__prof_live_spare = map_zeroed(MTP_PROF_LIVE_SLOTS * sizeof(prof_live_t));
   /* no profile: the program runs as without one */
-  if (mtp__prof_stacks == NULL || mtp__prof_live == NULL) return;
+  if (mtp__prof_stacks == NULL || mtp__prof_live == NULL || mtp__prof_live_spare == NULL ||
+      !mtp__prof_unwind_init())
+    return;
   strcpy(mtp__prof_path, path);
   find_self();
   /* The unwinder's first call loads libgcc_s and allocates: made now, while sampling is off. */
@@ -383,8 +278,8 @@ __attribute__((constructor)) static void prof_start(void) {
     (void)sigaction(prof_signal, &sa, NULL);
   }
   mtp__prof_on = true;
-  /* This thread may have allocated already (its heap is bound): its next allocation goes to the
-   * slow path, which puts its stand-in heap in place. Threads made later never bind their real
-   * heap there (thread.c). */
-  mtp__tl_default_heap = &mtp__heap_empty;
+  /* This thread may have allocated already: its heap, made while profiling was off, counts from
+   * now on. Threads made later are made profiling. */
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, 0);
+  if (h != NULL) h->prof_left = first_distance();
 }

@@ -1,6 +1,9 @@
 /* The heap profiler's records, the tables of call stacks and of live samples, and what reads
  * them out: the profile in heap_v2 format (mtp_profile_dump, dumps on a signal) and, at exit, the
  * last profile and the leak list. profile.c samples, and says how. Layer: heap. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,16 +18,45 @@ bool mtp__prof_on;
 #define DEFAULT_RATE 524288
 #define LEAK_STACKS 20         /* stacks the leak list shows */
 
+/* Held for a few hundred instructions at a time, by threads that may sample 100,000 times a
+ * second: glibc's adaptive kind spins a little before it sleeps. */
+#if defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
+pthread_mutex_t mtp__prof_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+#else
 pthread_mutex_t mtp__prof_lock = PTHREAD_MUTEX_INITIALIZER;
+#endif
 /* MTP_PROF_STACK_SLOTS entries; the last is "other" (mtp__prof_lock) */
 prof_stack_t *mtp__prof_stacks;
-prof_live_t *mtp__prof_live;    /* MTP_PROF_LIVE_SLOTS entries (mtp__prof_lock) */
+/* MTP_PROF_LIVE_SLOTS entries each, mapped at start-up; live_cap of them in use in the first, the
+ * second the one a growth rehashes into (mtp__prof_lock) */
+prof_live_t *mtp__prof_live, *mtp__prof_live_spare;
+static uint32_t live_cap = MTP_PROF_LIVE_FIRST; /* (mtp__prof_lock) */
 uint32_t mtp__prof_live_n;      /* (mtp__prof_lock) */
 uint64_t mtp__prof_rate = DEFAULT_RATE; /* written at start-up only */
 char mtp__prof_path[4096];      /* MTPOOL_PROFILE, written at start-up only */
 static unsigned dump_seq;       /* signal dumps so far (mtp__prof_lock) */
 volatile sig_atomic_t mtp__prof_dump_pending; /* a signal came while the tables were busy */
 MTP_TLS bool mtp__tl_prof_busy; /* this thread is sampling: allocations take the plain path */
+static MTP_TLS unsigned tl_shard;   /* 0: none yet; else the thread's shard + 1 */
+static unsigned shards_given;       /* (mtp__prof_lock) */
+
+/* ---- counts ---- */
+
+unsigned mtp__prof_shard(void) {
+  if (MTP_UNLIKELY(tl_shard == 0)) tl_shard = shards_given++ % MTP_PROF_SHARDS + 1;
+  return tl_shard - 1;
+}
+
+prof_counts_t mtp__prof_counts(const prof_stack_t *s) {
+  prof_counts_t t = {0, 0, 0, 0};
+  for (unsigned k = 0; k < MTP_PROF_SHARDS; k++) {
+    t.live_count += s->counts[k].live_count;
+    t.live_bytes += s->counts[k].live_bytes;
+    t.alloc_count += s->counts[k].alloc_count;
+    t.alloc_bytes += s->counts[k].alloc_bytes;
+  }
+  return t;
+}
 
 /* ---- stacks ---- */
 
@@ -55,29 +87,48 @@ uint32_t mtp__prof_stack_slot(void *const *pc, uint32_t depth) {
 /* ---- live samples (mtp__prof_lock held) ---- */
 
 static uint32_t live_home(uintptr_t p) {
-  return (uint32_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> 32) & (MTP_PROF_LIVE_SLOTS - 1);
+  return (uint32_t)((p >> 12) * 0x9E3779B97F4A7C15ull >> 32) & (live_cap - 1);
 }
 
 static prof_live_t *live_find(uintptr_t p) {
-  for (uint32_t i = live_home(p);; i = (i + 1) & (MTP_PROF_LIVE_SLOTS - 1)) {
+  for (uint32_t i = live_home(p);; i = (i + 1) & (live_cap - 1)) {
     if (mtp__prof_live[i].ptr == p) return &mtp__prof_live[i];
     if (mtp__prof_live[i].ptr == 0) return NULL;
   }
 }
 
-void mtp__prof_live_insert(uintptr_t p, uint32_t stack, uint64_t bytes) {
-  uint32_t i = live_home(p);
-  while (mtp__prof_live[i].ptr != 0) i = (i + 1) & (MTP_PROF_LIVE_SLOTS - 1);
-  mtp__prof_live[i] = (prof_live_t){p, stack, bytes};
+static void live_put(prof_live_t e) {
+  uint32_t i = live_home(e.ptr);
+  while (mtp__prof_live[i].ptr != 0) i = (i + 1) & (live_cap - 1);
+  mtp__prof_live[i] = e;
+}
+
+/* Twice the slots: every entry rehashed into the spare table, which becomes the table. */
+static void live_grow(void) {
+  prof_live_t *old = mtp__prof_live;
+  uint32_t old_cap = live_cap;
+  live_cap *= 2;
+  memset(mtp__prof_live_spare, 0, live_cap * sizeof(prof_live_t));
+  mtp__prof_live = mtp__prof_live_spare;
+  mtp__prof_live_spare = old;
+  for (uint32_t i = 0; i < old_cap; i++)
+    if (old[i].ptr != 0) live_put(old[i]);
+}
+
+bool mtp__prof_live_insert(uintptr_t p, uint32_t stack, uint64_t bytes) {
+  if (mtp__prof_live_n >= MTP_PROF_LIVE_MAX) return false;
+  if (mtp__prof_live_n + 1 > live_cap / 2) live_grow();
+  live_put((prof_live_t){p, stack, bytes});
   mtp__prof_live_n++;
+  return true;
 }
 
 /* Linear probing's deletion: later entries of the cluster that may sit at or before the hole move
  * back into it, so that every entry stays reachable from its home without tombstones. */
 static void live_delete(prof_live_t *e) {
   uint32_t hole = (uint32_t)(e - mtp__prof_live);
-  for (uint32_t j = (hole + 1) & (MTP_PROF_LIVE_SLOTS - 1); mtp__prof_live[j].ptr != 0;
-       j = (j + 1) & (MTP_PROF_LIVE_SLOTS - 1)) {
+  for (uint32_t j = (hole + 1) & (live_cap - 1); mtp__prof_live[j].ptr != 0;
+       j = (j + 1) & (live_cap - 1)) {
     uint32_t home = live_home(mtp__prof_live[j].ptr);
     /* j's entry may fill the hole if its home is not cyclically in (hole, j] */
     bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
@@ -93,9 +144,9 @@ static void live_delete(prof_live_t *e) {
 static bool forget_locked(void *p) {
   prof_live_t *e = live_find((uintptr_t)p);
   if (e == NULL) return false;
-  prof_stack_t *s = &mtp__prof_stacks[e->stack];
-  s->live_count--;
-  s->live_bytes -= e->bytes;
+  prof_counts_t *c = &mtp__prof_stacks[e->stack].counts[mtp__prof_shard()];
+  c->live_count--;
+  c->live_bytes -= (int64_t)e->bytes;
   live_delete(e);
   return true;
 }
@@ -232,10 +283,11 @@ static int write_locked(const char *path) {
   for (uint32_t i = 0; i < MTP_PROF_STACK_SLOTS; i++) {
     const prof_stack_t *s = &mtp__prof_stacks[i];
     if (s->depth == 0) continue; /* no frames to write: pprof reads no empty stack */
-    t[0] += s->live_count;
-    t[1] += s->live_bytes;
-    t[2] += s->alloc_count;
-    t[3] += s->alloc_bytes;
+    prof_counts_t c = mtp__prof_counts(s);
+    t[0] += (uint64_t)c.live_count;
+    t[1] += (uint64_t)c.live_bytes;
+    t[2] += (uint64_t)c.alloc_count;
+    t[3] += (uint64_t)c.alloc_bytes;
   }
   out_str(o, "heap profile: ");
   out_counts(o, t[0], t[1], t[2], t[3]);
@@ -244,8 +296,10 @@ static int write_locked(const char *path) {
   out_str(o, "\n");
   for (uint32_t i = 0; i < MTP_PROF_STACK_SLOTS; i++) {
     const prof_stack_t *s = &mtp__prof_stacks[i];
-    if (s->alloc_count == 0 || s->depth == 0) continue;
-    out_counts(o, s->live_count, s->live_bytes, s->alloc_count, s->alloc_bytes);
+    prof_counts_t c = mtp__prof_counts(s);
+    if (c.alloc_count == 0 || s->depth == 0) continue;
+    out_counts(o, (uint64_t)c.live_count, (uint64_t)c.live_bytes, (uint64_t)c.alloc_count,
+               (uint64_t)c.alloc_bytes);
     for (uint32_t k = 0; k < s->depth; k++) {
       out_str(o, " ");
       out_num(o, (uintptr_t)s->pc[k], 0, true);
@@ -364,8 +418,10 @@ static void show_leaks(void) {
   uint64_t total = 0, total_n = 0;
   for (uint32_t i = 0; i < MTP_PROF_STACK_SLOTS; i++) {
     prof_stack_t *s = &mtp__prof_stacks[i];
+    prof_counts_t c = mtp__prof_counts(s);
     uint64_t n;
-    unsample(s->live_count, s->live_bytes, &n, &s->est_bytes);
+    s->live_sum = (uint64_t)c.live_count;
+    unsample(s->live_sum, (uint64_t)c.live_bytes, &n, &s->est_bytes);
     total += s->est_bytes;
     total_n += n;
   }
@@ -384,7 +440,7 @@ static void show_leaks(void) {
     uint32_t best = UINT32_MAX;
     for (uint32_t i = 0; i < MTP_PROF_STACK_SLOTS; i++) {
       uint64_t b = mtp__prof_stacks[i].est_bytes;
-      if (mtp__prof_stacks[i].live_count == 0 || !(b < prev || (b == prev && i > prev_i))) continue;
+      if (mtp__prof_stacks[i].live_sum == 0 || !(b < prev || (b == prev && i > prev_i))) continue;
       if (best == UINT32_MAX || b > mtp__prof_stacks[best].est_bytes) best = i;
     }
     if (best == UINT32_MAX) break;
@@ -392,13 +448,13 @@ static void show_leaks(void) {
     prev = s->est_bytes;
     prev_i = best;
     uint64_t n, b;
-    unsample(s->live_count, s->live_bytes, &n, &b);
+    unsample(s->live_sum, (uint64_t)mtp__prof_counts(s).live_bytes, &n, &b);
     out_str(o, "mtpool: leaks: about ");
     out_num(o, b, 0, false);
     out_str(o, " bytes in ");
     out_num(o, n, 0, false);
     out_str(o, " blocks (");
-    out_num(o, s->live_count, 0, false);
+    out_num(o, s->live_sum, 0, false);
     out_str(o, " sampled) from:\n");
     out_flush(o);
     /* names from the dynamic symbols, without malloc (backtrace_symbols_fd writes straight out);

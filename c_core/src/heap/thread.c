@@ -89,10 +89,9 @@ static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
    * under the registry lock each time: the purge thread is worth its keep */
   if (others) mtp__purger_eager();
   h->cold_ok = others && !pool->check;
+  h->prof_left = MTP_UNLIKELY(mtp__prof_on) ? mtp__prof_first_left(pool) : INT64_MAX;
   *slot = h;
-  /* profiling leaves the fast path's pointer at the sentinel: every allocation comes to the slow
-   * path, which counts it (profile.c) */
-  if (pool->id == 0 && !mtp__prof_on) mtp__tl_default_heap = h;
+  if (pool->id == 0) mtp__tl_default_heap = h;
   return h;
 }
 
@@ -192,7 +191,6 @@ static bool heap_drop(mtpi_heap_t **slot) {
 /* Give every heap of t (this thread's record) back. Returns whether the purger is due a wake,
  * which the caller makes last (see the top). */
 static bool thread_abandon(mtpi_thread_t *t) {
-  if (MTP_UNLIKELY(mtp__prof_on)) mtp__prof_thread_done(); /* its blocks back to the heaps first */
   mtp__tl_default_heap = &mtp__heap_empty;
   /* The default pool (id 0) is never destroyed: its heap goes back without the registry lock,
    * which a purge pass holds across its system calls. Other pools' heaps take it, so that their
