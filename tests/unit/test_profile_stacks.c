@@ -1,11 +1,11 @@
-/* Unit test of the heap profiler's stack table (heap/profile_records.c): stacks whose hashes share
+/* Unit test of the heap profiler's stack table (profile/profile_records.c): stacks whose hashes share
  * a home slot each get a slot of their own (linear probing over every slot but the last), the same
  * stack finds its slot again, and only a full table sends a stack to the "other" slot. A probe
  * that skipped slots once sent a colliding call site's samples to "other", which no profile
  * shows. */
 #include <sys/mman.h>
 
-#include "heap/profile_records.h"
+#include "profile/profile_records.h"
 #include "testhelper.h"
 
 #define SLOTS MTP_PROF_STACK_SLOTS

@@ -1,4 +1,4 @@
-/* Unit test of the heap profiler's unwinder (heap/profile_unwind.c): mtp__prof_backtrace gives the
+/* Unit test of the heap profiler's unwinder (profile/profile_unwind.c): mtp__prof_backtrace gives the
  * frames glibc's backtrace() gives, frame for frame and to the same end, on stacks of every shape
  * the unwinder meets: plain calls, a frame whose CFA is rbp-based (alloca), frames of libc's
  * (qsort's callback) and of a library that dlopen loaded (libgcc_s's _Unwind_Backtrace calling
@@ -13,7 +13,7 @@
 #include <signal.h>
 #include <unwind.h>
 
-#include "heap/profile_records.h"
+#include "profile/profile_records.h"
 #include "testhelper.h"
 
 #define MAX MTP_PROF_UNWIND_MAX

@@ -43,7 +43,7 @@ MTP_INLINE void *heap_alloc_fast(mtpi_heap_t *h, unsigned cls, size_t size) {
   mtpi_block_t *b = mtp__slab_pop(s);
   if (MTP_UNLIKELY(b == NULL)) return NULL;
   h->m.allocs++;
-  /* the profiler's count (heap/profile.c): below 0, a tail call that returns the allocation */
+  /* the profiler's count (profile/profile.c): below 0, a tail call that returns the allocation */
   if (MTP_UNLIKELY((h->prof_left -= (int64_t)size) < 0))
     return mtp__prof_fast_sample(h, b, size, false);
   return b;
@@ -128,7 +128,7 @@ void *mtp_pool_alloc_aligned(mtp_pool_t *pool, size_t size, size_t alignment) {
  * pages (pool/medium.c, pool/large.c). */
 static MTP_NOINLINE void *calloc_large(mtp_pool_t *pool, size_t n) {
   mtpi_pool_t *p = pool ? mtp__pool_in(pool) : mtp__default();
-  /* profiling: through the slow path, which counts it (heap/profile.c) */
+  /* profiling: through the slow path, which counts it (profile/profile.c) */
   if (!p->check && !(mtp__prof_on && p->id == 0)) {
     if (n <= MTP_MEDIUM_MAX) return mtp__heap_medium_alloc(p, n, true, true);
     bool look = false;
@@ -396,7 +396,7 @@ int mtp_check_range(const void *p, size_t n) {
  * at its use in mtp_realloc; the limit's measurements: bench/results/notes.md, alloc.c). */
 #define REALLOC_MEDIUM_MAX ((size_t)128 << 10)
 
-/* A sampled block (heap/profile.c) is not resized in place: it moves, so that its sample goes with
+/* A sampled block (profile/profile.c) is not resized in place: it moves, so that its sample goes with
  * the free and the new block is counted as an allocation. */
 static MTP_NOINLINE void *realloc_sampled(void *p, size_t size) {
   size_t old = 0;

@@ -1,5 +1,5 @@
 /* Public entry points for pools: the default pool, create, destroy, trim, check, name. Checked
- * pools are verified (heap/checked_verify.c) at trim and before their memory goes. Layer: api. */
+ * pools are verified (checked/checked_verify.c) at trim and before their memory goes. Layer: api. */
 #include <errno.h>
 #include <limits.h>
 

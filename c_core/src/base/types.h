@@ -484,7 +484,7 @@ struct mtpi_heap {
   uint8_t full_limit[MTP_NUM_CLASSES];   /* full_count's bound: MTP_FULL_PER_CLASS or more */
   mtpi_thread_t *thread;                 /* owner */
   /* Bytes the thread may still allocate from this heap before the profiler's next sample
-   * (heap/profile.c): each fast path subtracts the size asked for after its pop, and below 0
+   * (profile/profile.c): each fast path subtracts the size asked for after its pop, and below 0
    * hands the block to mtp__prof_fast_sample. Owner only. Set when the heap is made: INT64_MAX
    * where nothing is sampled (profiling off, other pools than the default). Beside m.allocs: the
    * fast path's writes stay in one cache line. */
@@ -599,7 +599,7 @@ struct mtp_pool {
 #define MTP_SPAN_BIN_SHIFT 5
   mtpi_node_t *span_bins[MTP_SPAN_BINS];
   uint64_t span_binned;
-  /* checked mode's quarantine (heap/checked_verify.c): freed blocks held back from reuse, oldest at
+  /* checked mode's quarantine (checked/checked_verify.c): freed blocks held back from reuse, oldest at
    * q_head; a ring of MTP_QUARANTINE_SLOTS block starts (internal record, NULL until the first
    * checked free) */
   void **quarantine;

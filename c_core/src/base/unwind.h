@@ -1,6 +1,6 @@
 /* The call-stack unwinder: glibc's (execinfo.h: backtrace, and backtrace_symbols_fd, which writes
  * to a descriptor and allocates nothing). Elsewhere (musl) stubs that find no frame: the profiler
- * (heap/profile.c) is off there, and a misuse report (error.c) names no allocation site.
+ * (profile/profile.c) is off there, and a misuse report (error.c) names no allocation site.
  * Layer: base. */
 #ifndef MTP_BASE_UNWIND_H
 #define MTP_BASE_UNWIND_H

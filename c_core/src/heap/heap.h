@@ -6,12 +6,10 @@
  *   reuse.c    the reuse lists: blocks the thread freed into its own slabs, handed out first
  *   slabs.c    the heap's slabs: taking a block, exhausted slabs, the free slow paths, give-back
  *   shared.c   the pool's shared heaps, which serve a thread's first blocks of a class
- *   profile.c  the sampled heap profiler (its records and their writer: profile_records.c; its
- *              unwinder: profile_unwind.c)
  *   thread.c   thread records, binding heaps to pools, the allocation entry points, thread exit
- *   checked.c  checked mode: a pool whose every operation runs under its lock, validated (the
- *              quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c)
- * Layer: heap (above pool). */
+ * Beside it, in the same layer, the two rooms that wrap a heap: checked/ (checked mode) and
+ * profile/ (the sampled heap profiler); their faces (checked/checked.h, profile/profile.h) are
+ * included at the end of this one. Layer: heap (above pool). */
 #ifndef MTP_HEAP_H
 #define MTP_HEAP_H
 
@@ -144,29 +142,6 @@ mtpi_block_t *mtp__shared_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, 
 void mtp__heap_shared_trim(mtpi_pool_t *pool);
 void mtp__heap_shared_trim_all(void);
 
-/* ---- profile.c (says how it works), profile_records.c: the profiler (MTPOOL_PROFILE) ---- */
-/* Whether profiling is on: set once at start-up, before the program's threads. */
-extern bool mtp__prof_on;
-/* The slow path's first step while profiling, for the default pool: the allocation is counted,
- * and sampled (*done) or left to the usual slow path (!*done). */
-void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
-/* A fast path's pop of b, for an allocation of size bytes, took h's count (prof_left) below 0:
- * b goes back where it came from (h's reuse list if reuse, else h's current slab of its class)
- * and the allocation is sampled; returns it, or b itself when it cannot be sampled: never NULL. */
-__attribute__((returns_nonnull)) void *mtp__prof_fast_sample(mtpi_heap_t *h, mtpi_block_t *b,
-                                                              size_t size, bool reuse);
-/* The count (prof_left) of a heap made for pool: while profiling the default pool, the calling
- * thread's bytes to its next sample; else INT64_MAX. */
-int64_t mtp__prof_first_left(const mtpi_pool_t *pool);
-#define MTP_PROF_MAX_DEPTH 48 /* frames kept per stack */
-/* While profiling: if p is a live sampled block, its allocation site's frames copied into pc (at
- * most max; innermost first), their number returned (0: not a sample); `forget`: the sample is
- * dropped as well (a large block's free). For a misuse report to name the site
- * (mtp__error_origin). */
-unsigned mtp__prof_origin(const void *p, void **pc, unsigned max, bool forget);
-/* Whether p is a live sampled block. */
-bool mtp__prof_holds(const void *p);
-
 /* ---- thread.c ---- */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
@@ -181,42 +156,9 @@ void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
  * from emptying can be retired. No lock held. */
 void mtp__heap_unlist(mtpi_pool_t *pool);
 
-/* ---- checked.c (mtp__checked_verify: checked_verify.c) ---- */
-void *mtp__checked_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
-void mtp__checked_free(mtpi_desc_t *s, void *p, size_t size, bool sized);
-/* Whether p is the user's address of a live block of checked slab s; *usable: its requested
- * size. Takes the pool lock. */
-bool mtp__checked_lookup(mtpi_desc_t *s, const void *p, size_t *usable);
-/* Whether the n bytes from p, an address in checked slab s, lie within a live block's requested
- * bytes: 0, or an MTP_ERR_* code and *what says how they do not. Takes the pool lock. */
-int mtp__checked_range(mtpi_desc_t *s, const char *p, size_t n, const char **what);
-/* Pool lock held, b the start of a live block of checked slab s: the user's address and size. */
-void *mtp__checked_user(mtpi_desc_t *s, void *b, size_t *usable);
-/* Pool destroy: drop the quarantine's record (its blocks go with the pool). */
-void mtp__checked_forget(mtpi_pool_t *pool);
-/* Verify every block of pool if it is checked (trim, destroy, mtp_pool_check): live blocks'
- * guards, freed blocks' clearing, large blocks' canaries. Reports each corrupt block (its pool,
- * its size if live) and returns how many; 0 for a pool that is not checked. Takes the pool lock. */
-size_t mtp__checked_verify(mtpi_pool_t *pool);
-/* A free of p outside the regions, first seen here: true if checked mode handled it: p lies in
- * the range of zero-size blocks (freed, misuse reported), or is a large block that new or new[]
- * made (a free of it reported, the block left alone); false: the caller frees it. */
-bool mtp__checked_free_outside(void *p, size_t size, bool sized);
-/* Whether p lies in the range of checked pools' zero-size blocks and is a live one (its pool set). */
-bool mtp__checked_zero_lookup(const void *p, mtpi_pool_t **pool_out);
-/* The live zero-size blocks of pool (statistics: blocks in use; they count as allocations). */
-size_t mtp__checked_zero_count(const mtpi_pool_t *pool);
-/* The drop-in's C++ forms: which allocation function made a checked block, so that operator
- * delete of the other form, or free of a new block, is reported. mtp__checked_forms: set once the
- * default pool has handed out a checked block (relaxed reads). */
-enum { MTP_FORM_MALLOC = 0, MTP_FORM_NEW = 1, MTP_FORM_NEW_ARRAY = 2 };
-extern bool mtp__checked_forms;
-/* Record form for p if it is a live block of a checked slab (else nothing). */
-void mtp__checked_set_form(void *p, unsigned form);
-/* If p lies in a checked slab: free it as a delete of form (misuse reported), true; else false
- * (the caller frees it as usual). */
-bool mtp__checked_delete(void *p, size_t size, bool sized, unsigned form);
-
 #pragma GCC visibility pop
+
+#include "checked/checked.h"
+#include "profile/profile.h"
 
 #endif

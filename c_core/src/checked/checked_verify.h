@@ -4,7 +4,7 @@
 #ifndef MTP_HEAP_CHECKED_VERIFY_H
 #define MTP_HEAP_CHECKED_VERIFY_H
 
-#include "heap.h"
+#include "heap/heap.h"
 
 #pragma GCC visibility push(hidden)
 

@@ -6,7 +6,7 @@
 
 #include <signal.h>
 
-#include "heap.h"
+#include "heap/heap.h"
 
 #include "base/unwind.h"
 
