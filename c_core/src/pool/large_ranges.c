@@ -509,10 +509,24 @@ size_t mtp__large_purge(mtpi_pool_t *pool, uint64_t older_than_ms, bool collapse
   char *rest = NULL;
   size_t rest_len = 0;
   if (older_than_ms == UINT64_MAX) mtp__large_reserve_drop(pool, &rest, &rest_len); /* trim */
+  /* counted returned before the lock goes, so that a statistics reader that finds them gone from
+   * the cache finds them returned; a failed unmap below takes its count back */
+  size_t going = 0;
+  for (mtpi_large_t *r = evict; r; r = r->hash_next) going += r->map_size;
+  mtp__u64_add_relaxed(&pool->bytes_returned, going); /* relaxed: the lock orders it */
   pthread_mutex_unlock(&mtp__large_lock);
   /* Collapsed without the lock: a collapse changes no byte of whatever holds the range now (a
    * block freed meanwhile: its range is cached, or unmapped and the call fails). */
   for (unsigned k = 0; k < n_todo; k++) (void)mtp__os_huge_collapse(todo[k], huge_size());
   if (rest_len != 0) (void)mtp__os_unmap(rest, rest_len);
-  return mtp__large_unmap_list(evict); /* counted in bytes_returned there */
+  while (evict) {
+    mtpi_large_t *next = evict->hash_next;
+    if (mtp__os_unmap(evict->map, evict->map_size) != 0) { /* still mapped: not returned */
+      going -= evict->map_size;
+      mtp__u64_add_relaxed(&pool->bytes_returned, (uint64_t)0 - evict->map_size);
+    }
+    mtp__meta_free(evict, sizeof(*evict));
+    evict = next;
+  }
+  return going;
 }
