@@ -6,7 +6,7 @@
  *     slab = heap->current[class]; b = slab->free
  *     b != NULL: slab->free = b->next; used++; allocs++; heap->prof_left -= size   -> b
  *                                       (the profiler's count: below 0, mtp__prof_fast_sample)
- *     else mtp__heap_alloc_slow         (heap/: reuse list, collect remote frees, carve, next slab, pool)
+ *     else alloc_slow -> mtp__heap_alloc_slow (heap/: reuse list, collect remote frees, carve, next slab, pool)
  *
  *   mtp_free(p)
  *     chunkmap[p >> 22] says p lies in one of our regions (else: large block, NULL, or foreign)
@@ -27,7 +27,9 @@
 #include <string.h>
 
 #include "base/os.h"
+#include "checked/checked.h"
 #include "heap/heap.h"
+#include "profile/profile.h"
 
 const char *mtp_version(void) {
 #define MTP_STR2(x) #x
@@ -70,17 +72,29 @@ MTP_INLINE void *alloc_fast(mtpi_heap_t *h, size_t size) {
   return NULL;
 }
 
+/* The fast paths' miss: the profiler counts it first (the default pool's, while profiling), a
+ * checked pool serves its own, then the heap's slow path. */
+static MTP_NOINLINE void *alloc_slow(mtpi_pool_t *pool, size_t size) {
+  if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) {
+    bool done;
+    void *p = mtp__prof_alloc(pool, size, &done);
+    if (done) return p;
+  }
+  if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
+  return mtp__heap_alloc_slow(pool, size);
+}
+
 void *mtp_alloc(size_t size) {
   void *p = alloc_fast(mtp__tl_default_heap, size);
   if (MTP_LIKELY(p != NULL)) return p;
-  return mtp__heap_alloc_slow(mtp__default(), size);
+  return alloc_slow(mtp__default(), size);
 }
 
 /* The drop-in's operator new (malloc/src/override_new.cpp): mtp_alloc, with a failure answered
  * by the caller's fail(size) (its new-handler loop and throw), so that its usual path is one
  * jump here rather than a call and a test of the result. */
 static MTP_NOINLINE void *alloc_or_slow(size_t size, void *(*fail)(size_t)) {
-  void *p = mtp__heap_alloc_slow(mtp__default(), size);
+  void *p = alloc_slow(mtp__default(), size);
   return p != NULL ? p : fail(size);
 }
 void *mtp__alloc_or(size_t size, void *(*fail)(size_t)); /* declared again by the drop-in */
@@ -98,7 +112,7 @@ void *mtp_pool_alloc(mtp_pool_t *pool_, size_t size) {
     void *p = alloc_fast(h, size);
     if (MTP_LIKELY(p != NULL)) return p;
   }
-  return mtp__heap_alloc_slow(pool, size);
+  return alloc_slow(pool, size);
 }
 
 static void *alloc_aligned(mtpi_pool_t *pool, size_t size, size_t alignment) {
@@ -243,7 +257,7 @@ MTP_INLINE void free_fast(mtpi_desc_t *s, void *p) {
       mtp__heap_retire_local(s);
     return;
   }
-  mtp__heap_free_other(s, b);
+  if (MTP_UNLIKELY(!mtp__heap_free_other(s, b))) mtp__checked_free(mtp__run_head(s), b, 0, false);
 }
 
 /* free_fast gets the head of b's page (mtp__run_head: one load, no branch), so a block in a
@@ -279,7 +293,7 @@ static void free_sized_check(mtpi_desc_t *s, void *p, size_t size) {
       return;
     }
   }
-  mtp__heap_free_slow(s, (mtpi_block_t *)p);
+  if (!mtp__heap_free_slow(s, (mtpi_block_t *)p)) mtp__checked_free(mtp__run_head(s), p, 0, false);
 }
 
 static MTP_NOINLINE void free_sized_slow(mtpi_desc_t *s, void *p, size_t size) {
@@ -403,7 +417,7 @@ static MTP_NOINLINE void *realloc_sampled(void *p, size_t size) {
   mtpi_pool_t *pool = NULL;
   mtpi_desc_t *s;
   if (!lookup(p, &old, &pool, &s)) return NULL; /* a sampled block is a live large block */
-  void *q = mtp__heap_alloc_slow(pool, size);
+  void *q = alloc_slow(pool, size);
   if (q == NULL) return NULL;
   memcpy(q, p, size < old ? size : old);
   mtp_free(p);

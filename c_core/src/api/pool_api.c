@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 
+#include "checked/checked.h"
 #include "heap/heap.h"
 
 mtp_pool_t *mtp_default_pool(void) { return mtp__pool_out(mtp__default()); }

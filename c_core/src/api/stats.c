@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/os.h"
+#include "checked/checked.h"
 #include "heap/heap.h"
 
 MTP_NO_TSAN static size_t slab_in_use(mtpi_desc_t *s) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/os.h"
+#include "checked/checked.h"
 #include "heap/heap.h"
 
 /* a bit per block: the most blocks a slab holds is below 2^14 (size_class.c) */

@@ -485,8 +485,8 @@ struct mtpi_heap {
   mtpi_thread_t *thread;                 /* owner */
   /* Bytes the thread may still allocate from this heap before the profiler's next sample
    * (profile/profile.c): each fast path subtracts the size asked for after its pop, and below 0
-   * hands the block to mtp__prof_fast_sample. Owner only. Set when the heap is made: INT64_MAX
-   * where nothing is sampled (profiling off, other pools than the default). Beside m.allocs: the
+   * hands the block to mtp__prof_fast_sample. Owner only. Set when the heap is made: from
+   * mtp__tl_prof_left for the default pool (INT64_MAX while profiling is off), else INT64_MAX. Beside m.allocs: the
    * fast path's writes stay in one cache line. */
   int64_t prof_left;
   mtpi_member_t m;

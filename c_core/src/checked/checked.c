@@ -18,7 +18,7 @@
  * to a freed block (but not of zero bytes), accesses to a zero-size block. A front end beside the
  * heaps: it calls the pool layer (lock, runs, release, large blocks) and the slab layer.
  * The quarantine and the checks of freed blocks, guards and whole pools: checked_verify.c.
- * Layer: heap. */
+ * Layer: wrap (above heap). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,12 +1,13 @@
 /* Checked mode (MTPOOL_CHECK, mtp_options_t.check): a pool whose every operation runs under its
  * lock and is validated, with guards, a quarantine of freed blocks and checks of whole pools.
  * Files: checked.c (blocks: allocation, free, lookups, the C++ forms), checked_verify.c (the
- * quarantine and the checks of freed blocks, guards and whole pools). A room beside the heap it
- * wraps (heap/thread.c calls in for a checked pool). Layer: heap. */
+ * quarantine and the checks of freed blocks, guards and whole pools). A room above the heap it
+ * wraps: api/ calls in for a checked pool, and for a block the heap answers is not its own.
+ * Layer: wrap (above heap). */
 #ifndef MTP_CHECKED_H
 #define MTP_CHECKED_H
 
-#include "pool/default.h"
+#include "heap/heap.h"
 
 #pragma GCC visibility push(hidden)
 

@@ -1,6 +1,6 @@
 /* Checked mode's verification: the quarantine of freed blocks, the checks of a freed block's
  * clearing and of a live block's guards, and the scans of a whole pool at trim, destroy, exit and
- * on demand (mtp_pool_check). checked.c allocates and frees. Layer: heap. */
+ * on demand (mtp_pool_check). checked.c allocates and frees. Layer: wrap (above heap). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,10 +1,11 @@
 /* What checked_verify.c gives checked.c: the quarantine, the checks of freed blocks and of guards;
  * and the layout of a checked pool's block that both read (checked.c's header comment draws it).
- * Included by those two files only. Layer: heap (inside the room). */
+ * Included by those two files only. Layer: wrap (inside the room). */
 #ifndef MTP_HEAP_CHECKED_VERIFY_H
 #define MTP_HEAP_CHECKED_VERIFY_H
 
-#include "heap/heap.h"
+#include "checked/checked.h"
+#include "profile/profile.h"
 
 #pragma GCC visibility push(hidden)
 

@@ -7,9 +7,9 @@
  *   slabs.c    the heap's slabs: taking a block, exhausted slabs, the free slow paths, give-back
  *   shared.c   the pool's shared heaps, which serve a thread's first blocks of a class
  *   thread.c   thread records, binding heaps to pools, the allocation entry points, thread exit
- * Beside it, in the same layer, the two rooms that wrap a heap: checked/ (checked mode) and
- * profile/ (the sampled heap profiler); their faces (checked/checked.h, profile/profile.h) are
- * included at the end of this one. Layer: heap (above pool). */
+ * Above it, the two rooms that wrap a heap: checked/ (checked mode) and profile/ (the sampled
+ * heap profiler), which the heap never calls: what is theirs, it returns to its caller (api/).
+ * Layer: heap (above pool). */
 #ifndef MTP_HEAP_H
 #define MTP_HEAP_H
 
@@ -28,6 +28,9 @@ extern MTP_TLS mtpi_thread_t *mtp__tl_thread;
 /* Set by this thread's teardown (thread.c): other libraries' thread-exit destructors may still
  * allocate after it; such a thread keeps nothing. */
 extern MTP_TLS bool mtp__tl_exited;
+/* The profiler's count of this thread's bytes to its next sample (profile/) while the thread has
+ * no default heap: a default heap made here starts from it. INT64_MAX: nothing sampled. */
+extern MTP_TLS int64_t mtp__tl_prof_left;
 
 /* t's heap in the pool of this id, or NULL (none yet, or the table of high ids is not made). */
 static inline mtpi_heap_t *mtp__thread_heap(const mtpi_thread_t *t, uint32_t id) {
@@ -104,12 +107,13 @@ void mtp__reuse_validate_class(mtpi_heap_t *h, unsigned c);
  * became due; the caller wakes the purger once the heap is consistent. */
 mtpi_block_t *mtp__heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *due);
 /* Free b, whose page descriptor is d, when the fast path could not: remote frees, slabs that
- * are not owned, misuse. */
-void mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b);
+ * are not owned, misuse. false, nothing done: b is in a checked slab (the caller hands it to
+ * checked mode: mtp__checked_free). */
+bool mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b);
 /* The free fast path's miss: a remote free into a slab another thread owns is pushed here at
- * once (one CAS, no frame); anything else goes on to mtp__heap_free_slow. d: b's page
- * descriptor or its run's head (a head is its own head). */
-void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b);
+ * once (one CAS, no frame); anything else goes on to mtp__heap_free_slow (and returns its
+ * answer). d: b's page descriptor or its run's head (a head is its own head). */
+bool mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b);
 /* The owner's free of b into s, b tagged as a free-list link (mtp__block_tagged): confirmed
  * against the slab's and the reuse lists (a double free is reported), else pushed. */
 void mtp__heap_free_tagged(mtpi_desc_t *s, mtpi_block_t *b);
@@ -143,6 +147,8 @@ void mtp__heap_shared_trim(mtpi_pool_t *pool);
 void mtp__heap_shared_trim_all(void);
 
 /* ---- thread.c ---- */
+/* An allocation the fast path missed, by size: reuse list, the heap's slabs, medium or large.
+ * Checked mode and the profiler are asked first by the caller (api/alloc.c). */
 void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size);
 void *mtp__heap_alloc_class(mtpi_pool_t *pool, unsigned cls);
 /* A medium block, from the calling thread's cache of the pool's freed ones first; packed
@@ -157,8 +163,5 @@ void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment);
 void mtp__heap_unlist(mtpi_pool_t *pool);
 
 #pragma GCC visibility pop
-
-#include "checked/checked.h"
-#include "profile/profile.h"
 
 #endif

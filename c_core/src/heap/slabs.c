@@ -250,19 +250,19 @@ MTP_INLINE bool remote_fast(mtpi_desc_t *d, mtpi_block_t *b) {
   return true;
 }
 
-MTP_NOINLINE void mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b) {
+MTP_NOINLINE bool mtp__heap_free_other(mtpi_desc_t *d, mtpi_block_t *b) {
   /* The fast path tried the owner's push on s, the head of b's page (d, or d itself). What is
    * left: the remote push, one of our exhausted slabs, the slow path (misuse included). */
   mtpi_desc_t *s = mtp__run_head(d);
-  if (MTP_LIKELY(remote_fast(s, b))) return;
+  if (MTP_LIKELY(remote_fast(s, b))) return true;
   /* One of our exhausted slabs has room again: only an owned slab's first descriptor carries our
    * token with the FULL mark, so the same two checks suffice. */
   if (mtp__load_relaxed(&s->owner) == ((uintptr_t)mtp__tl_thread | MTP_OWNER_FULL) &&
       handed_out_start(s, b)) {
     free_into_full(s, b);
-    return;
+    return true;
   }
-  mtp__heap_free_slow(s, b);
+  return mtp__heap_free_slow(s, b);
 }
 
 /* A slab we gave up when it was full, freed into by us: take it back, so our frees into it stay
@@ -284,28 +284,26 @@ static bool take_back(mtpi_pool_t *pool, mtpi_desc_t *s, mtpi_block_t *b) {
   return true;
 }
 
-static void free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
+/* Returns false, nothing done, for a block of a checked slab: checked mode's to free. */
+static bool free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
   mtpi_desc_t *s = mtp__run_head(d);
   /* A medium block: its owner word is 0, so every free of one comes here, from any thread. */
   if (s->kind == MTP_PAGE_MEDIUM || s->kind == MTP_PAGE_PACKED) {
     mtp__heap_medium_free(s, b, 0, false);
-    return;
+    return true;
   }
   if (MTP_UNLIKELY(s->kind != MTP_PAGE_SLAB)) {
     mtp__error(s->kind == MTP_PAGE_FREE ? MTP_ERR_DOUBLE_FREE : MTP_ERR_INVALID_POINTER,
                s->kind == MTP_PAGE_FREE ? "double free (block's slab is already free)"
                                         : "invalid pointer (region metadata)",
                b);
-    return;
+    return true;
   }
-  if (s->checked) {
-    mtp__checked_free(s, b, 0, false);
-    return;
-  }
+  if (s->checked) return false;
   size_t off = (size_t)((char *)b - mtp__page_start(s));
   if (MTP_UNLIKELY(off % s->block_size != 0)) {
     mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (not the start of a block)", b);
-    return;
+    return true;
   }
   /* Blocks at and above the bump pointer were never handed out: pushing one would hand it out
    * twice (once by the free list, once by carving). */
@@ -316,34 +314,36 @@ static void free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
       mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block's slab is empty)", b);
     else
       mtp__error(MTP_ERR_INVALID_POINTER, "invalid pointer (a block never handed out)", b);
-    return;
+    return true;
   }
   mtpi_thread_t *me = mtp__tl_thread;
   uintptr_t owner = mtp__load_relaxed(&s->owner); /* relaxed: a hint; see types.h */
   if (owner == (uintptr_t)me) { /* a tail page of our own slab */
     free_local(s, b);
-    return;
+    return true;
   }
   if (owner == ((uintptr_t)me | MTP_OWNER_FULL)) { /* one of our exhausted slabs has room again */
     free_into_full(s, b);
-    return;
+    return true;
   }
   if (owner == ((uintptr_t)me | MTP_OWNER_CACHED)) {
     mtp__error(MTP_ERR_DOUBLE_FREE, "double free (block's slab is empty)", b);
-    return;
+    return true;
   }
   mtpi_pool_t *pool = mtp__pool_of_page(s);
-  if (owner == 0 && me != &mtp__thread_empty && take_back(pool, s, b)) return;
+  if (owner == 0 && me != &mtp__thread_empty && take_back(pool, s, b)) return true;
   mtp__track_free(b, s->block_size);
   mtpi_remote_seen_t seen;
   if (mtp__slab_free_remote(s, b, &seen) == MTP_REMOTE_NEWS && mtp__pool_detached_news(&seen, s))
     mtp__purger_wake();
+  return true;
 }
 
-MTP_NOINLINE void mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
+MTP_NOINLINE bool mtp__heap_free_slow(mtpi_desc_t *d, mtpi_block_t *b) {
   int e = errno; /* frees leave errno alone (mtpool.h): releases, purges and reports may set it */
-  free_slow(d, b);
+  bool done = free_slow(d, b);
   errno = e;
+  return done;
 }
 
 /* ---- giving a heap's slabs back ---- */

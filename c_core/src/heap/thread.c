@@ -89,7 +89,7 @@ static mtpi_heap_t *heap_get(mtpi_pool_t *pool) {
    * under the registry lock each time: the purge thread is worth its keep */
   if (others) mtp__purger_eager();
   h->cold_ok = others && !pool->check;
-  h->prof_left = MTP_UNLIKELY(mtp__prof_on) ? mtp__prof_first_left(pool) : INT64_MAX;
+  h->prof_left = pool->id == 0 ? mtp__tl_prof_left : INT64_MAX; /* the count goes on in the heap */
   *slot = h;
   if (pool->id == 0) mtp__tl_default_heap = h;
   return h;
@@ -142,12 +142,6 @@ void *mtp__heap_large_alloc(mtpi_pool_t *pool, size_t size, size_t alignment) {
 }
 
 MTP_NOINLINE void *mtp__heap_alloc_slow(mtpi_pool_t *pool, size_t size) {
-  if (MTP_UNLIKELY(mtp__prof_on) && pool->id == 0) { /* profile.c */
-    bool done;
-    void *p = mtp__prof_alloc(pool, size, &done);
-    if (done) return p;
-  }
-  if (MTP_UNLIKELY(pool->check)) return mtp__checked_alloc(pool, size, 0);
   if (MTP_UNLIKELY(size > MTP_MAX_SMALL))
     return size <= MTP_MEDIUM_MAX ? mtp__heap_medium_alloc(pool, size, false, true) : mtp__heap_large_alloc(pool, size, 0);
   unsigned cls = mtp__class_lookup(size);

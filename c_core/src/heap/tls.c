@@ -8,3 +8,4 @@ mtpi_thread_t mtp__thread_empty;
 MTP_TLS mtpi_heap_t *mtp__tl_default_heap = &mtp__heap_empty;
 MTP_TLS mtpi_thread_t *mtp__tl_thread = &mtp__thread_empty;
 MTP_TLS bool mtp__tl_exited;
+MTP_TLS int64_t mtp__tl_prof_left = INT64_MAX;

@@ -10,13 +10,15 @@
  *
  * The count is the thread's default heap's prof_left (base/types.h). The fast paths (api/alloc.c)
  * subtract the size from it after their pop, two instructions, and below zero give the block to
- * mtp__prof_fast_sample, which puts it back and samples the allocation; the slow path
- * (mtp__heap_alloc_slow, thread.c) charges the allocations it serves here (mtp__prof_alloc),
- * medium and large ones included. A heap's count starts at the thread's distance when the heap
- * is made (mtp__prof_first_left; before that, the thread's first allocations count on tl_left),
- * and at INT64_MAX where nothing is sampled: profiling off (where the count costs the fast paths
- * those two instructions, and never runs out), and pools made by mtp_pool_create. Aligned
- * allocations, which go to their class's slow path directly, are not counted.
+ * mtp__prof_fast_sample, which puts it back and samples the allocation; the slow path's first
+ * step (api/alloc.c) charges the allocations it serves here (mtp__prof_alloc), medium and large
+ * ones included. Before the thread has a default heap its count is mtp__tl_prof_left (heap/tls.c),
+ * from which the heap, once made, counts on; where nothing is sampled the count is INT64_MAX:
+ * profiling off (where it costs the fast paths those two instructions, and never runs out), and
+ * pools made by mtp_pool_create. A default heap found at INT64_MAX while profiling (made before
+ * profiling began, or by a first allocation that was not counted) is given a distance at its
+ * next slow path. Aligned allocations, which go to their class's slow path directly, are not
+ * counted.
  *
  * Recognising a sampled block at free. A sampled allocation is served as a large block (its own
  * pages, pool/large.c), whose free always misses the free fast path and reaches free_not_region
@@ -38,7 +40,7 @@
  * Records (profile_records.c, with what writes them out): stacks and live samples in two
  * open-addressed tables mapped once (never from malloc), under mtp__prof_lock, which is held
  * across fork() (the child inherits consistent tables, its own live samples included) and taken
- * by a signal's dump only with trylock. Layer: heap. */
+ * by a signal's dump only with trylock. Layer: wrap (above heap). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -56,10 +58,6 @@
 static int prof_signal;        /* MTPOOL_PROFILE_SIGNAL's number, or 0 */
 static uintptr_t self_lo, self_hi; /* mtpool's code: frames in it are dropped */
 static MTP_TLS uint64_t tl_rng;   /* 0: the thread has not drawn yet */
-/* The count of a thread that has no default heap yet (its first slow paths), handed to the heap
- * when it is made. tl_left_set: tl_left holds a distance. */
-static MTP_TLS int64_t tl_left;
-static MTP_TLS bool tl_left_set;
 
 /* ---- random distances ---- */
 
@@ -124,7 +122,7 @@ static uint32_t capture(void **out, void *last_ret) {
 
 /* The sampled allocation of size bytes: a large block of that size (a sized free of that size
  * stays valid), whose free reaches mtp__prof_origin, with its stack recorded. last_ret: for
- * capture() in a static link, the return address into mtp__heap_alloc_slow; NULL: this call's own
+ * capture() in a static link, the return address into the allocation slow path; NULL: this call's own
  * return address (mtp__prof_fast_sample's: the public entry above it may have jumped to it). */
 static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *last_ret) {
   if (last_ret == NULL) last_ret = __builtin_return_address(0);
@@ -149,31 +147,19 @@ static MTP_NOINLINE void *prof_sample(mtpi_pool_t *pool, size_t size, void *last
   return p;
 }
 
-int64_t mtp__prof_first_left(const mtpi_pool_t *pool) {
-  if (pool->id != 0) return INT64_MAX;
-  if (!tl_left_set) return first_distance();
-  tl_left_set = false; /* the heap counts on from here */
-  return tl_left;
-}
 
 MTP_NOINLINE void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done) {
   *done = false;
   mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, 0);
-  int64_t *left;
-  if (MTP_LIKELY(h != NULL && mtp__member_pool(&h->m) == pool)) {
-    left = &h->prof_left;
-  } else { /* the thread's first allocations, before its heap is made */
-    if (!tl_left_set) {
-      tl_left = first_distance();
-      tl_left_set = true;
-    }
-    left = &tl_left;
-  }
+  /* the heap's count; before the heap is made, the thread's (the heap starts from it) */
+  int64_t *left = MTP_LIKELY(h != NULL && mtp__member_pool(&h->m) == pool) ? &h->prof_left
+                                                                             : &mtp__tl_prof_left;
+  if (MTP_UNLIKELY(*left > INT64_MAX / 2)) *left = first_distance(); /* never drawn */
   if ((*left -= (int64_t)size) >= 0 || mtp__tl_prof_busy || size == 0)
     return NULL; /* the usual slow path */
   *left = draw_distance();
   *done = true;
-  /* the return address into mtp__heap_alloc_slow: the last frame of mtpool's in a static link */
+  /* the return address into the slow path (api/alloc.c): mtpool's last frame in a static link */
   return prof_sample(pool, size, __builtin_return_address(0));
 }
 

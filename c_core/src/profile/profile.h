@@ -1,11 +1,11 @@
 /* The sampled heap profiler (MTPOOL_PROFILE; docs/profiling.md). Files: profile.c (says how it
  * works: the count, the samples), profile_records.c (the tables of stacks and live samples, the
- * profile's writer), profile_unwind.c (the unwinder). A room beside the heap it wraps (the fast
- * paths' count, heap/thread.c's slow path). Layer: heap. */
+ * profile's writer), profile_unwind.c (the unwinder). A room above the heap it wraps: the fast
+ * paths' count and the slow path's first step (api/alloc.c). Layer: wrap (above heap). */
 #ifndef MTP_PROFILE_H
 #define MTP_PROFILE_H
 
-#include "pool/default.h"
+#include "heap/heap.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -19,9 +19,6 @@ void *mtp__prof_alloc(mtpi_pool_t *pool, size_t size, bool *done);
  * and the allocation is sampled; returns it, or b itself when it cannot be sampled: never NULL. */
 __attribute__((returns_nonnull)) void *mtp__prof_fast_sample(mtpi_heap_t *h, mtpi_block_t *b,
                                                               size_t size, bool reuse);
-/* The count (prof_left) of a heap made for pool: while profiling the default pool, the calling
- * thread's bytes to its next sample; else INT64_MAX. */
-int64_t mtp__prof_first_left(const mtpi_pool_t *pool);
 #define MTP_PROF_MAX_DEPTH 48 /* frames kept per stack */
 /* While profiling: if p is a live sampled block, its allocation site's frames copied into pc (at
  * most max; innermost first), their number returned (0: not a sample); `forget`: the sample is

@@ -1,6 +1,6 @@
 /* The heap profiler's records, the tables of call stacks and of live samples, and what reads
  * them out: the profile in heap_v2 format (mtp_profile_dump, dumps on a signal) and, at exit, the
- * last profile and the leak list. profile.c samples, and says how. Layer: heap. */
+ * last profile and the leak list. profile.c samples, and says how. Layer: wrap (above heap). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP */
 #endif

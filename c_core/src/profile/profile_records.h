@@ -1,12 +1,12 @@
 /* What profile_records.c gives profile.c: the tables of call stacks and of live samples, the state
  * that start-up writes, the dumps on a signal; and the unwinder both call. Included by those two
- * files only. Layer: heap (inside the room). */
+ * files only. Layer: wrap (inside the room). */
 #ifndef MTP_HEAP_PROFILE_RECORDS_H
 #define MTP_HEAP_PROFILE_RECORDS_H
 
 #include <signal.h>
 
-#include "heap/heap.h"
+#include "profile/profile.h"
 
 #include "base/unwind.h"
 

@@ -18,7 +18,7 @@
  * encoding other than the linkers' usual one) sends the whole stack to backtrace(), so the stacks
  * are backtrace()'s in every case: same frames, same end (after the frame whose return address
  * is undefined, as glibc's _start and clone3 mark the outermost frame; a null return address is
- * not kept). Elsewhere than x86-64 with glibc 2.35 or later, backtrace() alone. Layer: heap. */
+ * not kept). Elsewhere than x86-64 with glibc 2.35 or later, backtrace() alone. Layer: wrap (above heap). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
