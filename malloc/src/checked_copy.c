@@ -22,13 +22,26 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len);
-EXPORT void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len);
-EXPORT void *__memset_chk(void *dst, int c, size_t n, size_t dst_len);
-EXPORT char *__strcpy_chk(char *dst, const char *src, size_t dst_len);
-EXPORT char *__stpcpy_chk(char *dst, const char *src, size_t dst_len);
-EXPORT char *__strcat_chk(char *dst, const char *src, size_t dst_len);
-EXPORT char *__strncpy_chk(char *dst, const char *src, size_t n, size_t dst_len);
+/* Each is defined under a name of its own and exported under the C library's (an assembler
+ * label): the library's own copies, the core's included, bind to them too, and pass straight
+ * through (from_inside). */
+EXPORT void *checked_memcpy(void *dst, const void *src, size_t n) __asm__("memcpy");
+EXPORT void *checked_memmove(void *dst, const void *src, size_t n) __asm__("memmove");
+EXPORT void *checked_memset(void *dst, int c, size_t n) __asm__("memset");
+EXPORT char *checked_strcpy(char *dst, const char *src) __asm__("strcpy");
+EXPORT char *checked_stpcpy(char *dst, const char *src) __asm__("stpcpy");
+EXPORT char *checked_strcat(char *dst, const char *src) __asm__("strcat");
+EXPORT char *checked_strncpy(char *dst, const char *src, size_t n) __asm__("strncpy");
+EXPORT void *checked_memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
+    __asm__("__memcpy_chk");
+EXPORT void *checked_memmove_chk(void *dst, const void *src, size_t n, size_t dst_len)
+    __asm__("__memmove_chk");
+EXPORT void *checked_memset_chk(void *dst, int c, size_t n, size_t dst_len) __asm__("__memset_chk");
+EXPORT char *checked_strcpy_chk(char *dst, const char *src, size_t dst_len) __asm__("__strcpy_chk");
+EXPORT char *checked_stpcpy_chk(char *dst, const char *src, size_t dst_len) __asm__("__stpcpy_chk");
+EXPORT char *checked_strcat_chk(char *dst, const char *src, size_t dst_len) __asm__("__strcat_chk");
+EXPORT char *checked_strncpy_chk(char *dst, const char *src, size_t n, size_t dst_len)
+    __asm__("__strncpy_chk");
 extern void __chk_fail(void) __attribute__((noreturn));
 
 typedef void *(*copy_fn)(void *, const void *, size_t);
@@ -99,37 +112,38 @@ static int copy_ok(void *dst, const void *src, size_t n) {
   return mtp_check_range(dst, n) == 0 && mtp_check_range(src, n) == 0;
 }
 
-EXPORT __attribute__((noinline)) void *memcpy(void *dst, const void *src, size_t n) {
+EXPORT __attribute__((noinline)) void *checked_memcpy(void *dst, const void *src, size_t n) {
   if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
   return do_copy(&real_memcpy, dst, src, n);
 }
 
-EXPORT __attribute__((noinline)) void *memmove(void *dst, const void *src, size_t n) {
+EXPORT __attribute__((noinline)) void *checked_memmove(void *dst, const void *src, size_t n) {
   if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
   return do_copy(&real_memmove, dst, src, n);
 }
 
-EXPORT __attribute__((noinline)) void *memset(void *dst, int c, size_t n) {
+EXPORT __attribute__((noinline)) void *checked_memset(void *dst, int c, size_t n) {
   if (!from_inside(__builtin_return_address(0)) && mtp_check_range(dst, n) != 0) return dst;
   return do_set(dst, c, n);
 }
 
 /* _FORTIFY_SOURCE's forms: the compiler's bound first, as the C library's do. */
-EXPORT __attribute__((noinline)) void *__memcpy_chk(void *dst, const void *src, size_t n,
+EXPORT __attribute__((noinline)) void *checked_memcpy_chk(void *dst, const void *src, size_t n,
                                                     size_t dst_len) {
   if (n > dst_len) __chk_fail();
   if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
   return do_copy(&real_memcpy, dst, src, n);
 }
 
-EXPORT __attribute__((noinline)) void *__memmove_chk(void *dst, const void *src, size_t n,
+EXPORT __attribute__((noinline)) void *checked_memmove_chk(void *dst, const void *src, size_t n,
                                                      size_t dst_len) {
   if (n > dst_len) __chk_fail();
   if (!from_inside(__builtin_return_address(0)) && !copy_ok(dst, src, n)) return dst;
   return do_copy(&real_memmove, dst, src, n);
 }
 
-EXPORT __attribute__((noinline)) void *__memset_chk(void *dst, int c, size_t n, size_t dst_len) {
+EXPORT __attribute__((noinline)) void *checked_memset_chk(void *dst, int c, size_t n,
+                                                          size_t dst_len) {
   if (n > dst_len) __chk_fail();
   if (!from_inside(__builtin_return_address(0)) && mtp_check_range(dst, n) != 0) return dst;
   return do_set(dst, c, n);
@@ -143,18 +157,18 @@ static char *str_copy(char *dst, const char *src, size_t n, const void *ret) {
   return dst + n;
 }
 
-EXPORT __attribute__((noinline)) char *strcpy(char *dst, const char *src) {
+EXPORT __attribute__((noinline)) char *checked_strcpy(char *dst, const char *src) {
   (void)str_copy(dst, src, strlen(src) + 1, __builtin_return_address(0));
   return dst;
 }
 
-EXPORT __attribute__((noinline)) char *stpcpy(char *dst, const char *src) {
+EXPORT __attribute__((noinline)) char *checked_stpcpy(char *dst, const char *src) {
   size_t n = strlen(src);
   char *end = str_copy(dst, src, n + 1, __builtin_return_address(0));
   return end != NULL ? end - 1 : dst + n;
 }
 
-EXPORT __attribute__((noinline)) char *strcat(char *dst, const char *src) {
+EXPORT __attribute__((noinline)) char *checked_strcat(char *dst, const char *src) {
   (void)str_copy(dst + strlen(dst), src, strlen(src) + 1, __builtin_return_address(0));
   return dst;
 }
@@ -169,32 +183,35 @@ static char *strn_copy(char *dst, const char *src, size_t n, const void *ret) {
   return dst;
 }
 
-EXPORT __attribute__((noinline)) char *strncpy(char *dst, const char *src, size_t n) {
+EXPORT __attribute__((noinline)) char *checked_strncpy(char *dst, const char *src, size_t n) {
   return strn_copy(dst, src, n, __builtin_return_address(0));
 }
 
-EXPORT __attribute__((noinline)) char *__strcpy_chk(char *dst, const char *src, size_t dst_len) {
+EXPORT __attribute__((noinline)) char *checked_strcpy_chk(char *dst, const char *src,
+                                                          size_t dst_len) {
   size_t n = strlen(src) + 1;
   if (n > dst_len) __chk_fail();
   (void)str_copy(dst, src, n, __builtin_return_address(0));
   return dst;
 }
 
-EXPORT __attribute__((noinline)) char *__stpcpy_chk(char *dst, const char *src, size_t dst_len) {
+EXPORT __attribute__((noinline)) char *checked_stpcpy_chk(char *dst, const char *src,
+                                                          size_t dst_len) {
   size_t n = strlen(src);
   if (n + 1 > dst_len) __chk_fail();
   char *end = str_copy(dst, src, n + 1, __builtin_return_address(0));
   return end != NULL ? end - 1 : dst + n;
 }
 
-EXPORT __attribute__((noinline)) char *__strcat_chk(char *dst, const char *src, size_t dst_len) {
+EXPORT __attribute__((noinline)) char *checked_strcat_chk(char *dst, const char *src,
+                                                          size_t dst_len) {
   size_t d = strlen(dst), n = strlen(src) + 1;
   if (d + n > dst_len) __chk_fail();
   (void)str_copy(dst + d, src, n, __builtin_return_address(0));
   return dst;
 }
 
-EXPORT __attribute__((noinline)) char *__strncpy_chk(char *dst, const char *src, size_t n,
+EXPORT __attribute__((noinline)) char *checked_strncpy_chk(char *dst, const char *src, size_t n,
                                                       size_t dst_len) {
   if (n > dst_len) __chk_fail();
   return strn_copy(dst, src, n, __builtin_return_address(0));
