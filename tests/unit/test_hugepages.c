@@ -320,9 +320,9 @@ static void test_own_whole_pages(void) {
  * purge passes' looks). */
 static bool large_dense(mtp_pool_t *p, double wait_s) {
   double t0 = th_now();
-  while (__atomic_load_n(&p->large_huge_grow, __ATOMIC_RELAXED) == 0 && th_now() - t0 < wait_s)
+  while (mtp__u8_load_relaxed(&p->large_huge_grow) == 0 && th_now() - t0 < wait_s)
     usleep(20000);
-  return __atomic_load_n(&p->large_huge_grow, __ATOMIC_RELAXED) != 0;
+  return mtp__u8_load_relaxed(&p->large_huge_grow) != 0;
 }
 
 /* The AnonHugePages (kB) of the mapping that holds p, once it reaches want (waiting at most

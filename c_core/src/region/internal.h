@@ -1,9 +1,8 @@
 /* What the region layer's files share: region.c (regions, runs) and purge.c (purging free pages,
- * unmapping free regions). Not for other layers: region.h is the layer's face. Layer: region. */
+ * unmapping free regions), each after region.h, the layer's face. Not for other layers.
+ * Layer: region. */
 #ifndef MTP_REGION_INTERNAL_H
 #define MTP_REGION_INTERNAL_H
-
-#include "region.h"
 
 #include "base/os.h"
 
@@ -11,14 +10,6 @@
 
 /* A run lies in one bitmap word: a region's 64 pages are one word. */
 _Static_assert(MTP_PAGES_PER_REGION == 64, "runs are searched within one bitmap word");
-
-/* Regions with free pages stay in front, so a search can stop at the first full one. */
-static inline mtpi_region_t *mtp__region_first(mtpi_rset_t *rs) {
-  return mtp__region_from_node(rs->regions);
-}
-static inline mtpi_region_t *mtp__region_next(mtpi_region_t *r) {
-  return mtp__region_from_node(r->h.link.next);
-}
 
 /* Bits lo .. lo + n - 1 of a bitmap word (n >= 1, lo + n <= 64): a run of n pages. */
 static inline uint64_t mtp__run_mask(unsigned lo, unsigned n) {

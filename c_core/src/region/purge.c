@@ -7,6 +7,7 @@
  *   run (no lock)      the batch's calls: advice, purges, unmaps;
  *   end (lock held)    the busy pages are free again, clean where the OS took them.
  * Layer: region. */
+#include "region.h"
 #include "internal.h"
 
 #include "base/os.h"

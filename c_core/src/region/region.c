@@ -6,6 +6,7 @@
  * mapped as two region sizes: the lower one PROT_NONE but for its top page, the header (so that
  * no mapping just below, a large block, can overflow into it), the upper one the pages. Everything
  * here runs under the owning pool's lock. Layer: region. */
+#include "region.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -99,8 +100,9 @@ static mtpi_region_t *region_new(mtpi_rset_t *rs, pthread_mutex_t *drop) {
   uint64_t in_runs = newest ? ~(newest->h.free_mask[0] | newest->h.busy_mask[0]) : 0;
   bool grow = rs->huge_grow;
   if (drop) pthread_mutex_unlock(drop);
-  bool looked = hp != 0 && mtp__huge_collapses() && __builtin_popcountll(in_runs) * MTP_HUGE_DENSE_DEN >=
-                MTP_PAGES_PER_REGION * MTP_HUGE_DENSE_NUM;
+  unsigned in_use = (unsigned)__builtin_popcountll(in_runs);
+  bool looked = hp != 0 && mtp__huge_collapses() &&
+                in_use * MTP_HUGE_DENSE_DEN >= MTP_PAGES_PER_REGION * MTP_HUGE_DENSE_NUM;
   if (looked) grow = in_runs_dense(newest, in_runs);
   mtpi_region_t *r = region_map(rs, guard_free, mtp__huge_fresh_advice(grow), hp);
   if (drop) pthread_mutex_lock(drop);

@@ -56,6 +56,14 @@ static inline mtpi_rset_t *mtp__page_set(const mtpi_desc_t *d) {
 static inline mtpi_region_t *mtp__region_from_node(mtpi_node_t *n) {
   return n ? MTP_CONTAINER(n, mtpi_region_t, h.link) : NULL;
 }
+/* A set's regions in order: those with free pages stay in front, so a search can stop at the
+ * first full one. */
+static inline mtpi_region_t *mtp__region_first(mtpi_rset_t *rs) {
+  return mtp__region_from_node(rs->regions);
+}
+static inline mtpi_region_t *mtp__region_next(mtpi_region_t *r) {
+  return mtp__region_from_node(r->h.link.next);
+}
 
 /* Whether a page of d's run (d: its first descriptor) lies in a huge range (huge_mask). */
 static inline bool mtp__run_huge(const mtpi_desc_t *d) {
