@@ -42,7 +42,7 @@ LATENCY_PACKAGES="gcc make cmake python3 libmimalloc2.0 libjemalloc2 libtcmalloc
 peers="" quick=0 build=1 driver="" reps=5 tests="" allocs="" threads=0 scale=1 timeout=120 out=""
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2; }
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || case $1 in --quick | --no-build) ;; *) usage ;; esac
+  [ $# -ge 2 ] || case $1 in --quick | --no-build | --publish) ;; *) usage ;; esac
   case $1 in
     --quick) quick=1 ;;
     --no-build) build=0 ;;

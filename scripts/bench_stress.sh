@@ -57,7 +57,7 @@ peers="" quick=0 build=1 driver="" runs=10 tests="thread_task prodcons server" l
 allocs="" threads=0 scale=1 bound="" bound_allocs=mtpool timeout=120 out=""
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2; }
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || case $1 in --quick | --no-build) ;; *) usage ;; esac
+  [ $# -ge 2 ] || case $1 in --quick | --no-build | --publish) ;; *) usage ;; esac
   case $1 in
     --quick) quick=1 ;;
     --no-build) build=0 ;;
