@@ -630,10 +630,6 @@ struct mtp_pool {
   size_t large_reserve_left;    /* its bytes */
   uint64_t large_reserve_origin; /* its origin */
   size_t large_looking; /* LIVE records with look_backoff_ms above 0 */
-  /* Huge pages (the rule: base.h): the pool's large blocks were last found dense by a look, not
-   * since sparse (large_ranges.c). Written under the large lock; read relaxed without it by a
-   * thread about to map (a stale value advises one mapping as the one before). */
-  mtpi_atomic_u8 large_huge_grow;
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

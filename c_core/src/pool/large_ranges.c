@@ -155,19 +155,16 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
 
 /* Huge pages for large blocks (the rule: base.h). The reserve and every range mapped for one block
  * are aligned to the huge page size, so that each aligned huge range of them can be one huge page.
- * Fresh memory gets mtp__huge_fresh_advice's advice for the pool's large blocks (large_huge_grow):
- * the reserve when it is mapped, and its untouched rest when that flips to huge; a range mapped
- * for one block when it is mapped; a block realloc grows by a system call, its new range.
- * A LIVE block of a huge range or more is looked at on the purge passes after its allocation
- * (mtp__large_look_start; again after LOOK_FIRST_MS, doubling up to LOOK_LAST_MS, then no more):
- * a look reads up to LOOK_BYTES of it from where the last stopped (mincore, large lock held), and
- * each aligned huge range found MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page
- * (after the lock is dropped). The ranges before the one that holds the last resident page (which
- * may be being written) are the look's verdict: all dense, two ranges written at least, turns
- * large_huge_grow on, one sparse turns it off; a block's first look that finds it dense so from
- * its start advises the rest of it huge (a buffer filled front to back faults its rest in 2 MiB
- * at a time). Returns the huge page size where
- * large blocks may have huge pages, else 0. */
+ * Fresh large memory gets the advice of memory not yet found dense (mtp__huge_fresh_advice): how
+ * one block is used says nothing of the next, so no block is huge before it is written, but for
+ * the rest of a block found dense from its start. A LIVE block of a huge range or more is looked
+ * at on the purge passes after its allocation (mtp__large_look_start; again after LOOK_FIRST_MS,
+ * doubling up to LOOK_LAST_MS, then no more): a look reads up to LOOK_BYTES of it from where the
+ * last stopped (mincore, large lock held), and each aligned huge range found
+ * MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page (after the lock is dropped). A
+ * block's first look that finds the ranges before the one being written (two at least) dense
+ * advises the rest of it huge (a buffer filled front to back faults its rest in 2 MiB at a time).
+ * Returns the huge page size where large blocks may have huge pages, else 0. */
 #define LOOK_FIRST_MS 100u
 #define LOOK_LAST_MS 6400u
 #define LOOK_BYTES ((size_t)16 << 20)
@@ -183,21 +180,9 @@ static size_t huge_size(void) {
 size_t mtp__large_huge_size(void) { return huge_size(); }
 
 int mtp__large_fresh_advice(mtpi_pool_t *pool, size_t size) {
+  (void)pool;
   if (huge_size() == 0 || size < huge_size()) return -1;
-  return mtp__huge_fresh_advice(mtp__u8_load_relaxed(&pool->large_huge_grow) != 0);
-}
-
-/* Large lock held: large_huge_grow becomes grow; the reserve's untouched rest, from its next huge
- * page on, follows the advice fresh memory gets now. */
-static void huge_grow_set(mtpi_pool_t *pool, bool grow) {
-  if ((mtp__u8_load_relaxed(&pool->large_huge_grow) != 0) == grow) return;
-  mtp__u8_store_relaxed(&pool->large_huge_grow, grow);
-  size_t hsize = huge_size();
-  int advice = mtp__huge_fresh_advice(grow);
-  if (hsize == 0 || advice < 0 || pool->large_reserve_left == 0) return;
-  uintptr_t at = ((uintptr_t)pool->large_reserve + hsize - 1) & ~(uintptr_t)(hsize - 1);
-  uintptr_t end = (uintptr_t)pool->large_reserve + pool->large_reserve_left;
-  if (at < end) (void)mtp__os_huge_advise((void *)at, end - at, advice == 1);
+  return mtp__huge_fresh_advice(false);
 }
 
 void mtp__large_look_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
@@ -224,7 +209,7 @@ void mtp__large_forget_looks(mtpi_pool_t *pool) {
 
 /* Large lock held (the block is not freed meanwhile): the look at rec; the dense ranges it found
  * that the caller collapses once the lock is dropped go into todo (at most *n more). */
-static void look_one(mtpi_pool_t *pool, mtpi_large_t *rec, char **todo, unsigned *n) {
+static void look_one(mtpi_large_t *rec, char **todo, unsigned *n) {
   static unsigned char vec[LOOK_BYTES / 4096]; /* large lock; huge_size: 4 KiB pages at least */
   size_t page = mtp__os_page_size(), hsize = huge_size();
   uintptr_t first = ((uintptr_t)rec->map + hsize - 1) & ~(uintptr_t)(hsize - 1);
@@ -252,10 +237,9 @@ static void look_one(mtpi_pool_t *pool, mtpi_large_t *rec, char **todo, unsigned
     if (rec->look_at == len) rec->look_at = 0;
     return;
   }
-  /* the verdict: the ranges before the last written one (the last may be being written) */
+  /* the ranges before the last written one (the last may be being written) */
   bool all = true;
   for (size_t k = 0; k + 1 < last; k++) all = all && dense[k];
-  if (!all || last >= 2) huge_grow_set(pool, all);
   /* written densely from its start to its last written range: the rest, what the block grows
    * into, huge */
   char *rest = at + (last - 1) * hsize + (dense[last - 1] ? hsize : 0);
@@ -275,7 +259,7 @@ static unsigned look_pass(mtpi_pool_t *pool, char **todo) {
     if (rec->look_backoff_ms == 0) continue;
     left--;
     if (rec->look_next_ms > now_ms) continue;
-    look_one(pool, rec, todo, &n);
+    look_one(rec, todo, &n);
     rec->look_next_ms = now_ms + rec->look_backoff_ms;
     if (rec->look_backoff_ms >= LOOK_LAST_MS)
       mtp__large_look_stop(pool, rec);
