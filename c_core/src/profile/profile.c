@@ -195,14 +195,8 @@ static void prof_release(void) { pthread_mutex_unlock(&mtp__prof_lock); }
  * top of the stack. */
 static int self_object(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
-  uintptr_t me = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-    if (a < lo) lo = a;
-    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
-  }
+  uintptr_t me = (uintptr_t)arg, lo, hi;
+  mtp__prof_exec_range(info, &lo, &hi);
   if (me < lo || me >= hi) return 0;
   if (info->dlpi_name == NULL || info->dlpi_name[0] == 0) return 2;
   self_lo = lo;

@@ -83,6 +83,10 @@ bool mtp__prof_unwind_init(void);
  * on: what backtrace() called in its place gives. At most max (<= MTP_PROF_UNWIND_MAX); their
  * number. */
 int mtp__prof_backtrace(void **pc, int max);
+/* The range of a loaded object's executable segments (lo > hi: none), for dl_iterate_phdr's
+ * callbacks. */
+struct dl_phdr_info;
+void mtp__prof_exec_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi);
 /* Stacks unwound by backtrace() (the fast unwinder could not), for the tests. */
 extern mtpi_atomic_u64 mtp__prof_unwind_slow;
 

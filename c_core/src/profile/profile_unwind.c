@@ -54,6 +54,18 @@ MTP_INLINE int slow_backtrace(void **pc, int max, void *ret) {
   return n;
 }
 
+void mtp__prof_exec_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi) {
+  *lo = UINTPTR_MAX;
+  *hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if (a < *lo) *lo = a;
+    if (a + ph->p_memsz > *hi) *hi = a + ph->p_memsz;
+  }
+}
+
 #if !MTP_PROF_FAST_UNWIND
 
 bool mtp__prof_unwind_init(void) { return true; }
@@ -422,14 +434,8 @@ static unsigned permanent_n;
 static int permanent_add(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   const uintptr_t *want = arg; /* addresses in the objects wanted; 0: the executable */
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-    if (a < lo) lo = a;
-    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
-  }
+  uintptr_t lo, hi;
+  mtp__prof_exec_range(info, &lo, &hi);
   bool keep = info->dlpi_name == NULL || info->dlpi_name[0] == 0; /* the executable */
   for (unsigned k = 0; k < 2 && !keep; k++) keep = want[k] >= lo && want[k] < hi;
   if (keep && lo < hi && permanent_n < PERMANENT_MAX) {
