@@ -219,6 +219,13 @@ MTP_INLINE bool block_start_bump(const mtpi_desc_t *s, const mtpi_block_t *b, co
   return mtp__offset_ok((uint64_t)(bump - (const char *)b), s->cls);
 }
 
+/* The fast path's miss, in one call: a remote free (mtp__heap_free_other), else checked mode's.
+ * Calling both from free_fast, the second after the first returns, would make every free save
+ * and restore registers for them (a frame on the fast path). */
+static MTP_NOINLINE void free_miss(mtpi_desc_t *s, mtpi_block_t *b) {
+  if (MTP_UNLIKELY(!mtp__heap_free_other(s, b))) mtp__checked_free(mtp__run_head(s), b, 0, false);
+}
+
 /* The owner's push. The bump compare (one load from the descriptor's first line, one compare)
  * sends a block never handed out to the slow path, and the interior-pointer test a pointer into
  * a block or not aligned as its blocks are; the slow path reports both: pushing either would let
@@ -257,7 +264,7 @@ MTP_INLINE void free_fast(mtpi_desc_t *s, void *p) {
       mtp__heap_retire_local(s);
     return;
   }
-  if (MTP_UNLIKELY(!mtp__heap_free_other(s, b))) mtp__checked_free(mtp__run_head(s), b, 0, false);
+  free_miss(s, b);
 }
 
 /* free_fast gets the head of b's page (mtp__run_head: one load, no branch), so a block in a
