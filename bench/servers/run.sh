@@ -20,6 +20,7 @@
 #   SRV_SQUID_POOL_ALLOCS  allocators that run every variant ("all": every one); the others
 #                  run the first variant only (squid's pools off, the targets' configuration)
 #   SRV_SERVERS    "slapd squid" (either or both)
+#   SRV_AFTER_MIX  a diagnostic's shell command, run after slapd's mix (see slapd_run)
 # Every process started here listens on 127.0.0.1 only and is stopped by its PID, also on error.
 set -uo pipefail
 
@@ -195,6 +196,10 @@ slapd_run() {
   [ $ok = 1 ] && { mix=$(ldap_load "$dir" --mode mix --threads 4 --ops "$(dir_mix_ops "$dir")" \
                          --seconds "$((SRV_SECONDS * 8))") || { err="mix failed: $mix"; ok=0; }; }
   [ $ok = 1 ] && { rss_end=$(status_kb "$pid" RssAnon); flt=$(minflt_of "$pid"); huge=$(smaps_kb "$pid" AnonHugePages); }
+  # a diagnostic's hook (not for published runs: it runs before the 1 s reading): SRV_AFTER_MIX, a
+  # shell command run with SRV_PID, SRV_LOG (the server's stderr), SRV_ALLOC and SRV_DIR set
+  [ $ok = 1 ] && [ -n "${SRV_AFTER_MIX:-}" ] && { SRV_PID=$pid SRV_LOG=$d/slapd.log SRV_ALLOC=$alloc \
+    SRV_DIR=$dir bash -c "$SRV_AFTER_MIX" >&2 || note "SRV_AFTER_MIX failed"; }
   # and once the server has been idle for 1 s: what an allocator that decays keeps
   [ $ok = 1 ] && { sleep 1; rss_later=$(status_kb "$pid" RssAnon); }
   local rss_total
