@@ -13,8 +13,9 @@
  *     slab = the head of p's page descriptor (itself, or its multi-page slab's first)
  *     slab->owner == this thread, p below the slab's bump pointer and a block's start (a multiply
  *     by the class's reciprocal)? push on slab->free, --used
- *     else mtp__heap_free_other         (heap/slabs.c: a slab another thread owns: checks, one CAS
- *                                       push; else mtp__heap_free_slow: detached slabs, misuse)
+ *     else free_miss, one call: mtp__heap_free_other (heap/slabs.c: a slab another thread
+ *                                       owns: checks, one CAS push; else mtp__heap_free_slow:
+ *                                       detached slabs, misuse)
  *
  * Fast paths take no lock and no atomic read-modify-write; their only checks are cheap ones (the
  * chunk map, the owner compare, the bump compare that rejects a block never handed out, the
