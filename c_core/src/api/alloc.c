@@ -360,8 +360,8 @@ static bool lookup(const void *p, size_t *usable_out, mtpi_pool_t **pool_out,
     } else if (s->checked) { /* a checked block's user address may be past its front guard */
       if (!mtp__checked_lookup(s, p, usable_out)) return false;
     } else {
-      if ((size_t)((const char *)p - mtp__page_start(s)) % s->block_size != 0 ||
-          (const char *)p >= mtp__slab_bump(s))
+      if ((const char *)p >= mtp__slab_bump(s) ||
+          !mtp__offset_ok((uint64_t)((const char *)p - mtp__page_start(s)), s->cls))
         return false;
       *usable_out = s->block_size;
     }
