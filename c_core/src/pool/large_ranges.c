@@ -158,8 +158,8 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
  * Fresh large memory gets the advice of memory not yet found dense (mtp__huge_fresh_advice): how
  * one block is used says nothing of the next, so no block is huge before it is written, but for
  * the rest of a block found dense from its start. A LIVE block of a huge range or more is looked
- * at on the purge passes after its allocation (mtp__large_look_start; again after LOOK_FIRST_MS,
- * doubling up to LOOK_LAST_MS, then no more): a look reads up to LOOK_BYTES of it from where the
+ * at on the purge passes from LOOK_FIRST_MS after its allocation (mtp__large_look_start; again
+ * after LOOK_FIRST_MS, doubling up to LOOK_LAST_MS, then no more): a look reads up to LOOK_BYTES of it from where the
  * last stopped (mincore, large lock held), and each aligned huge range found
  * MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page (after the lock is dropped). A
  * block's first look that finds the ranges before the one being written (two at least) dense
@@ -190,7 +190,9 @@ void mtp__large_look_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
   if (huge_size() == 0 || !mtp__huge_collapses() || rec->map_size < huge_size() ||
       pool->purge_delay_ms <= 0)
     return;
-  rec->look_next_ms = mtp__os_now_ms();
+  /* the first look LOOK_FIRST_MS after the allocation: a block freed before then (a buffer
+   * churned in a loop) is not looked at, advised or collapsed, and its range is reused as it is */
+  rec->look_next_ms = mtp__os_now_ms() + LOOK_FIRST_MS;
   rec->look_backoff_ms = LOOK_FIRST_MS;
   rec->look_at = 0;
   pool->large_looking++;
