@@ -180,18 +180,21 @@ static long shortest_delay(void) {
   return delay;
 }
 
-/* One pass over every pool; returns whether something is left to purge later. */
-static bool purge_all_pass(void) {
+/* One pass over every pool; returns whether something is left to purge later, and *purged the
+ * bytes this pass returned. */
+static bool purge_all_pass(size_t *purged) {
   bool pending = false;
+  size_t n = 0;
   pthread_mutex_lock(&mtp__registry_lock);
   uint64_t now = mtp__os_now_ms();
   for (mtpi_node_t *it = mtp__pools; it; it = it->next) {
     mtpi_pool_t *p = mtp__pool_from_reg(it);
     mtp__pool_lock(p);
-    purge_pool(p, now, false, true, &pending);
+    n += purge_pool(p, now, false, true, &pending);
     mtp__pool_unlock_quiet(p); /* this thread is the one a wake would start */
   }
   pthread_mutex_unlock(&mtp__registry_lock);
+  *purged = n;
   return pending;
 }
 
@@ -205,17 +208,25 @@ static void *purger_main(void *arg) {
     }
     purger_work = false;
     bool pending = true;
+    unsigned idle_passes = 0; /* passes in a row that returned nothing */
     while (pending && !purger_quit()) {
       /* Sleep half a tenth of the shortest delay among pools with work (medium and large blocks'
-       * pages are due then: base.h), then purge what is due. */
+       * pages are due then: base.h), then purge what is due. While passes return nothing (what
+       * waits is reused before it is due, or not due yet), the sleep doubles, up to half the
+       * delay: a program that keeps a cache busy is not woken 70 times a second for it, and
+       * nothing waits more than half a delay past its due time. */
       pthread_mutex_unlock(&mtp__purger_lock);
       long delay = shortest_delay();
       pthread_mutex_lock(&mtp__purger_lock);
-      purger_sleep(delay / MTP_RUN_DELAY_DIV / 2 + 1);
+      long nap = delay / MTP_RUN_DELAY_DIV / 2 + 1;
+      for (unsigned k = 0; k < idle_passes && nap < delay / 2; k++) nap *= 2;
+      purger_sleep(nap);
       if (purger_quit()) break;
       pthread_mutex_unlock(&mtp__purger_lock);
       mtp__int_store_seq_cst(&purger_idle, 1);
-      pending = purge_all_pass();
+      size_t purged;
+      pending = purge_all_pass(&purged);
+      idle_passes = purged != 0 ? 0 : idle_passes < 8 ? idle_passes + 1 : idle_passes;
       if (pending) mtp__int_store_seq_cst(&purger_idle, 0);
       pthread_mutex_lock(&mtp__purger_lock);
     }
