@@ -544,7 +544,7 @@ typedef struct mtpi_large {
   uint64_t look_next_ms;
   uint32_t look_backoff_ms;
   size_t look_at;
-  bool huge_rest; /* its range past what was written is advised huge (a look, or its mapping) */
+  bool huge_rest; /* its range is advised huge (a look found it dense from its start, or its mapping) */
 } mtpi_large_t;
 
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first

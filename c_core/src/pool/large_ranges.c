@@ -157,13 +157,13 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
  * are aligned to the huge page size, so that each aligned huge range of them can be one huge page.
  * Fresh large memory gets the advice of memory not yet found dense (mtp__huge_fresh_advice): how
  * one block is used says nothing of the next, so no block is huge before it is written, but for
- * the rest of a block found dense from its start. A LIVE block of a huge range or more is looked
- * at on the purge passes from LOOK_FIRST_MS after its allocation (mtp__large_look_start; again
- * after LOOK_FIRST_MS, doubling up to LOOK_LAST_MS, then no more): a look reads up to LOOK_BYTES of it from where the
+ * a block found dense from its start. A LIVE block of a huge range or more is looked
+ * at on the purge passes after its allocation (mtp__large_look_start; again after LOOK_FIRST_MS,
+ * doubling up to LOOK_LAST_MS, then no more): a look reads up to LOOK_BYTES of it from where the
  * last stopped (mincore, large lock held), and each aligned huge range found
  * MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page (after the lock is dropped). A
  * block's first look that finds the ranges before the one being written (two at least) dense
- * advises the rest of it huge (a buffer filled front to back faults its rest in 2 MiB at a time).
+ * advises it huge, whole (a buffer filled front to back faults its rest in 2 MiB at a time).
  * Returns the huge page size where large blocks may have huge pages, else 0. */
 #define LOOK_FIRST_MS 100u
 #define LOOK_LAST_MS 6400u
@@ -190,9 +190,7 @@ void mtp__large_look_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
   if (huge_size() == 0 || !mtp__huge_collapses() || rec->map_size < huge_size() ||
       pool->purge_delay_ms <= 0)
     return;
-  /* the first look LOOK_FIRST_MS after the allocation: a block freed before then (a buffer
-   * churned in a loop) is not looked at, advised or collapsed, and its range is reused as it is */
-  rec->look_next_ms = mtp__os_now_ms() + LOOK_FIRST_MS;
+  rec->look_next_ms = mtp__os_now_ms();
   rec->look_backoff_ms = LOOK_FIRST_MS;
   rec->look_at = 0;
   pool->large_looking++;
@@ -242,11 +240,13 @@ static void look_one(mtpi_large_t *rec, char **todo, unsigned *n) {
   /* the ranges before the last written one (the last may be being written) */
   bool all = true;
   for (size_t k = 0; k + 1 < last; k++) all = all && dense[k];
-  /* written densely from its start to its last written range: the rest, what the block grows
-   * into, huge */
+  /* written densely from its start to its last written range: the block grows into huge pages.
+   * The advice covers its whole range, not only the rest: a range advised in part is two kernel
+   * mappings, which mremap cannot grow across, so a cached range that a later block reuses would
+   * be mapped and faulted in afresh instead (bench/results/notes.md: malloc-large) */
   char *rest = at + (last - 1) * hsize + (dense[last - 1] ? hsize : 0);
   if (all && last >= 2 && !rec->huge_rest && rec->look_at == len && (uintptr_t)rest < end &&
-      mtp__huge_fresh_advice(true) == 1 && mtp__os_huge_advise(rest, end - (uintptr_t)rest, true) == 0)
+      mtp__huge_fresh_advice(true) == 1 && mtp__os_huge_advise(rec->map, rec->map_size, true) == 0)
     rec->huge_rest = true;
 }
 
