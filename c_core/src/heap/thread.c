@@ -43,6 +43,7 @@ static mtpi_thread_t *thread_get(void) {
   }
   t = mtp__meta_alloc(sizeof(mtpi_thread_t));
   if (t == NULL) return NULL;
+  mtp__purger_thread_started();
   /* Set before pthread_setspecific, which may allocate (keys >= 32 get a second-level array):
    * a malloc routed into mtpool from there finds this record instead of making another. */
   mtp__tl_thread = t;

@@ -129,8 +129,12 @@ void mtp__pool_release_empty_locked(mtpi_pool_t *p, uint64_t cutoff);
  * (PURGER_START_BYTES waiting, or mtp__purger_eager) this purges what is due in the calling
  * thread and starts none. No lock held. */
 void mtp__purger_wake(void);
-/* From now on wakes start and signal the purge thread. Any lock may be held. */
+/* From now on wakes start and signal the purge thread (not in a forked child before a second
+ * thread allocates: mtp__purger_thread_started). Any lock may be held. */
 void mtp__purger_eager(void);
+/* A thread allocates for the first time (its record is made): a forked child may start a purge
+ * thread from now on. Any lock may be held. */
+void mtp__purger_thread_started(void);
 /* A large block is to be looked at on the purge passes (for dense huge ranges, large_ranges.c):
  * the purge thread is started (eager) and woken. No lock held. */
 void mtp__purger_look(void);

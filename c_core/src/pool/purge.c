@@ -147,7 +147,20 @@ static pthread_t purger_tid; /* purger_lock */
  * which keeps that bound. */
 static mtpi_atomic_int purger_needed;
 #define PURGER_START_BYTES ((size_t)1 << 20)
-void mtp__purger_eager(void) { mtp__int_store_relaxed(&purger_needed, 1); }
+/* 1 in a forked child until a thread other than the forking one allocates: such a child starts no
+ * purge thread (its wakes purge inline). A child of a process with threads may hold, inherited
+ * locked, a lock of any library that thread creation takes (a sanitizer's allocator does: its
+ * first thread waited on it for ever, and the child's exit on the thread). Relaxed: a heuristic
+ * flag; the forking thread sets it alone, and a new thread's first allocation clears it. */
+static mtpi_atomic_int child_quiet;
+static pthread_t child_forker; /* the thread that forked: written with child_quiet set */
+void mtp__purger_eager(void) {
+  if (!mtp__int_load_relaxed(&child_quiet)) mtp__int_store_relaxed(&purger_needed, 1);
+}
+void mtp__purger_thread_started(void) {
+  if (MTP_UNLIKELY(mtp__int_load_relaxed(&child_quiet)) && !pthread_equal(pthread_self(), child_forker))
+    mtp__int_store_relaxed(&child_quiet, 0);
+}
 /* 1: nothing scheduled, a wake is needed. seq_cst: the purger's store of 1 before it scans and
  * a freer's CAS 1 -> 0 after it freed must not both miss each other's effects (a store-load
  * pattern across two variables: pages and this flag). A waker reads it relaxed first and skips
@@ -242,7 +255,7 @@ static void *purger_main(void *arg) {
 static bool wake_inline(void) {
   if (pthread_mutex_trylock(&mtp__registry_lock) != 0) {
     mtp__purger_eager();
-    return true;
+    return !mtp__int_load_relaxed(&child_quiet);
   }
   uint64_t now = mtp__os_now_ms();
   size_t held = 0;
@@ -265,7 +278,7 @@ static bool wake_inline(void) {
   pthread_mutex_unlock(&mtp__registry_lock);
   if (held < PURGER_START_BYTES && !looks) return false;
   mtp__purger_eager();
-  return true;
+  return !mtp__int_load_relaxed(&child_quiet);
 }
 
 /* Create the purge thread with every signal blocked (it inherits the mask): a process-directed
@@ -348,9 +361,12 @@ bool mtp__purger_stop_for_fork(void) { return purger_join(false); }
 
 void mtp__purger_reset_child(void) {
   /* The purger was joined before the fork (started and joinable are false): nobody waits on its
-   * condition, and the child starts its own at its first wake. */
+   * condition. The child starts its own once a thread other than this one allocates. */
   purger_work = false;
   mtp__int_store_seq_cst(&purger_idle, 1);
+  mtp__int_store_relaxed(&purger_needed, 0);
+  child_forker = pthread_self();
+  mtp__int_store_relaxed(&child_quiet, 1);
 }
 
 void mtp__purger_reschedule(void) {
