@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mtpool/mtpool.h"
@@ -115,11 +116,36 @@ static void test_thread_when_worth_it(void) {
   CHECK(ours >= 1);
 }
 
+/* A child forked while the purge thread runs starts none of its own from the forking thread's
+ * allocations, even with much to purge: a thread it started could wait for ever on a lock another
+ * parent thread held at the fork (a sanitizer's allocator). Its wakes purge inline. */
+static void test_child_starts_none(void) {
+  CHECK(threads() > base_threads); /* the purge thread, from the test before */
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    enum { N = 40000 }; /* 8 MiB of slabs, as above: the parent's was worth a thread */
+    static void *q[N];
+    for (int i = 0; i < N; i++)
+      if ((q[i] = mtp_alloc(200)) == NULL) _exit(2);
+    for (int i = 0; i < N; i++) mtp_free(q[i]);
+    usleep(300 * 1000); /* past the delay: a wake purges what is due inline */
+    void *big = mtp_alloc(100 * 1024);
+    mtp_free(big);
+    _exit(threads() == 1 ? 0 : 1); /* only the forking thread survives a fork */
+  }
+  int st = 0;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(void) {
   base_threads = threads();
   list_tids(base_tids, sizeof base_tids);
   RUN(test_no_thread_for_a_little);
   RUN(test_inline_purge);
   RUN(test_thread_when_worth_it);
+  RUN(test_child_starts_none);
   DONE();
 }
