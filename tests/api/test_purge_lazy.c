@@ -146,6 +146,8 @@ int main(void) {
   RUN(test_no_thread_for_a_little);
   RUN(test_inline_purge);
   RUN(test_thread_when_worth_it);
+#if !TH_TSAN /* ThreadSanitizer supports no child of a multi-threaded process (die_after_fork) */
   RUN(test_child_starts_none);
+#endif
   DONE();
 }
