@@ -3,7 +3,7 @@
  * fresh mapping not faulted in), realloc (grow into the cached range after the
  * block or by mremap, shrink into the cache, keeping contents, small -> large -> small; a growing
  * buffer's realloc that fits the range remembered by its thread, and what makes it look again), bad input (double free of a cached block, interior and foreign
- * pointers), a miss that grows the largest cached range, a checked pool's quarantine, OS failures (mtp__os_inject_failure), and two threads
+ * pointers), a miss that grows the largest cached range, ranges split into two kernel mappings, a checked pool's quarantine, OS failures (mtp__os_inject_failure), and two threads
  * at once (for TSan). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -188,6 +188,37 @@ static void test_grow_cached(void) {
   REQUIRE(d != NULL, "alloc");
   CHECK_EQ_SZ(cached(p), 20 * MiB);
   mtp_free(d);
+  mtp_pool_destroy(p);
+  CHECK(g_errs == 0);
+}
+
+/* A range that lies in two kernel mappings (MADV_DONTFORK on half of it splits its mapping, as a
+ * huge-page advice on part of it does) cannot be grown or moved by mremap: a miss that would grow
+ * it maps afresh, and realloc copies; either way the contents hold and nothing else is unmapped. */
+static void test_two_mappings(void) {
+  mtp_pool_t *p = th_pool("large-two-maps", 60000, 0);
+  unsigned char *a = mtp_pool_alloc(p, 8 * MiB);
+  REQUIRE(a != NULL, "alloc");
+  memset(a, 7, 8 * MiB);
+  REQUIRE(madvise(a, 4 * MiB, MADV_DONTFORK) == 0, "madvise");
+  unsigned char *keep = mtp_pool_alloc(p, 6 * MiB); /* a neighbour that must stay mapped */
+  REQUIRE(keep != NULL, "alloc");
+  memset(keep, 3, 6 * MiB);
+  unsigned char *b = mtp_realloc(a, 16 * MiB);
+  REQUIRE(b != NULL, "realloc");
+  CHECK(b[0] == 7 && b[4 * MiB - 1] == 7 && b[4 * MiB] == 7 && b[8 * MiB - 1] == 7);
+  memset(b, 9, 16 * MiB);
+  unsigned char *c = mtp_pool_alloc(p, 8 * MiB);
+  REQUIRE(c != NULL, "alloc");
+  REQUIRE(madvise(c, 4 * MiB, MADV_DONTFORK) == 0, "madvise");
+  mtp_free(c); /* cached in two mappings */
+  unsigned char *d = mtp_pool_alloc(p, 12 * MiB); /* would grow it: maps afresh instead */
+  REQUIRE(d != NULL, "alloc");
+  memset(d, 5, 12 * MiB);
+  CHECK(keep[0] == 3 && keep[6 * MiB - 1] == 3 && b[16 * MiB - 1] == 9);
+  mtp_free(d);
+  mtp_free(b);
+  mtp_free(keep);
   mtp_pool_destroy(p);
   CHECK(g_errs == 0);
 }
@@ -630,6 +661,7 @@ int main(void) {
   RUN(test_reuse_and_stats);
   RUN(test_calloc);
   RUN(test_grow_cached);
+  RUN(test_two_mappings);
   RUN(test_bound);
   RUN(test_purge_after_delay);
   RUN(test_trim_and_destroy);

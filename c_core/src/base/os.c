@@ -268,16 +268,45 @@ void *mtp__os_remap(void *p, size_t old_size, size_t new_size) {
   return q;
 }
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000 /* Linux 4.17; older kernels take it as a hint */
+#endif
+
+/* Whether [p, p+len) lies in one kernel mapping: growing it in place by a page says so and changes
+ * nothing else (EFAULT where it crosses mappings, ENOMEM where it cannot grow there; a growth that
+ * succeeded is undone). */
+static bool one_mapping(void *p, size_t len) {
+  size_t page = mtp__os_page_size();
+  if (mremap(p, len, len + page, 0) != MAP_FAILED) return mremap(p, len + page, len, 0) != MAP_FAILED;
+  return errno == ENOMEM;
+}
+
 void *mtp__os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
-  if (((uintptr_t)p & (alignment - 1)) == 0 && mremap(p, old_size, new_size, 0) != MAP_FAILED) {
-    mtp__track_unmap(p, new_size);
-    return p;
+  if (((uintptr_t)p & (alignment - 1)) == 0) {
+    if (mremap(p, old_size, new_size, 0) != MAP_FAILED) {
+      mtp__track_unmap(p, new_size);
+      return p;
+    }
+    if (errno != ENOMEM) { /* EFAULT: it crosses mappings, which no move takes */
+      errno = ENOMEM;
+      return NULL;
+    }
+  } else if (!one_mapping(p, old_size)) {
+    errno = ENOMEM;
+    return NULL;
   }
+  /* A move onto dest that fails may have unmapped dest first (older kernels check the source
+   * after), and another thread's mapping may take the hole: so the source is checked above, and
+   * after a failure (a refusal for lack of memory) dest is unmapped only where it is still free,
+   * else left mapped (address space lost, no one's memory unmapped). */
   void *dest = os_map(new_size, alignment); /* counts as the map an injected failure refuses */
   if (dest == NULL) return NULL;
   void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dest);
   if (q == MAP_FAILED) {
-    (void)munmap(dest, new_size);
+    void *m = mmap(dest, new_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                   -1, 0);
+    if (m == dest) (void)munmap(dest, new_size);
+    else if (m != MAP_FAILED) (void)munmap(m, new_size); /* a kernel without NOREPLACE: a hint */
     errno = ENOMEM;
     return NULL;
   }
