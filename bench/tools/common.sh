@@ -243,7 +243,7 @@ run_matrix() {
 }
 
 seed_variants() {
-  echo "$PROC|--test,seed,--threads,4,--len,9 $PROC|--test,seed,--threads,4,--len,40 $PROC_COW|--test,seed,--threads,4,--len,9 $PROC_COW|--test,seed,--threads,4,--len,40"
+  echo "$PROC|--test,seed,--threads,4,--len,9,--warm-mib,512 $PROC|--test,seed,--threads,4,--len,40,--warm-mib,512 $PROC_COW|--test,seed,--threads,4,--len,9,--warm-mib,512 $PROC_COW|--test,seed,--threads,4,--len,40,--warm-mib,512"
 }
 
 footprint_variants() {
