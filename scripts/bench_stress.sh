@@ -33,9 +33,10 @@
 #   --threads N            threads per shape (latency.c); default each shape's own
 #   --scale X              work per process times X; 1 (the thread-per-task race needs the
 #                          3,000 threads of scale 1 to show)
-#   --bound X              fail when any run of an allocator of --bound-allocs has a peak RSS
-#                          above X times glibc's median for its shape and load (default: none;
-#                          --quick: 5; docs/reliability.md, "The stress stage", says why)
+#   --bound X              fail when two runs of an allocator of --bound-allocs, or one above 2X,
+#                          have a peak RSS above X times glibc's median for their shape and load
+#                          (default: none; --quick: 5; docs/reliability.md, "The stress stage",
+#                          says why)
 #   --bound-allocs "mtpool"      the allocators --bound applies to; mtpool
 #   --timeout S            seconds a process may run (then noted and counted as failed); 120
 #   --out DIR              where stress.md and stress.jsonl go (default: under the build directory)
@@ -43,8 +44,8 @@
 # Environment: MTPOOL_LIB_<alloc>, MTPOOL_LATENCY_BUILD (the build directory, build-latency,
 # shared with scripts/bench_latency.sh).
 # Exits non-zero when a process fails or times out, computes a checksum different from glibc's,
-# ran on another malloc than it was given, or (with --bound) a bounded allocator's run is above
-# the bound.
+# ran on another malloc than it was given, or (with --bound) a bounded allocator's runs are above
+# the bound as --bound says.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${MTPOOL_LATENCY_BUILD:-$ROOT/build-latency}

@@ -9,12 +9,13 @@ maximum of single calls, each the median over the runs, and the worst run's 99.9
 maximum; each allocator's ratio to the best one, and mtpool's to the best peer.
 
 stress: per shape, load and allocator, the median and the worst run's peak RSS (VmHWM) and most
-bytes held at once, over glibc's median for the same shape and load; with --bound X, every run of
-the allocators in --bound-allocs must stay at or below X times glibc's median peak RSS.
+bytes held at once, over glibc's median for the same shape and load; with --bound X, the runs of
+the allocators in --bound-allocs must stay at or below X times glibc's median peak RSS, but one
+run of a shape and load, which must stay within 2X.
 
 Both exit 1 when a process failed or timed out, a checksum differs from glibc's for the same
 workload, threads and scale, or a process ran on another malloc than it was given (and, for
-stress, when a bounded run is above the bound).
+stress, when bounded runs are above the bound as --bound says).
 """
 import argparse
 import math
@@ -311,7 +312,8 @@ def stress(a):
             f"(issue 55): every run's peak RSS at most {target:g}x glibc's median.", ""]
     if bound:
         out += [f"Bound checked by this run: every run of {', '.join(bounded)} at most "
-                f"{bound:g}x glibc's median peak RSS.", ""]
+                f"{bound:g}x glibc's median peak RSS, but one run of a shape and load, within "
+                f"{2 * bound:g}x.", ""]
 
     cases = [(t, ld) for t in tests for ld in loads if (t, ld, "glibc") in runs]
     out += ["## Worst run's peak RSS over glibc's median", "",
@@ -371,25 +373,31 @@ def stress(a):
         out.append("")
 
     if bound:
+        # One run of a shape and load may pass the bound, up to twice it: a runaway of the schedule
+        # alone (docs/reliability.md, "The stress stage"); two, or one above twice it, fail.
         for t, ld in cases:
             g = g_med(t, ld, "vmhwm_kb")
             for al in bounded:
-                for i, d in enumerate(runs.get((t, ld, al), [])):
-                    if d["vmhwm_kb"] > bound * g:
-                        errors.append(f"{al} on {t}, {ld}: a run's peak RSS is "
-                                      f"{d['vmhwm_kb'] / 1024:.0f} MiB, {d['vmhwm_kb'] / g:.2f}x "
-                                      f"glibc's median ({g / 1024:.0f} MiB), above the bound "
-                                      f"{bound:g}x (live at most "
-                                      f"{d['live_max_bytes'] / 2**20:.0f} MiB, "
-                                      f"{d['threads_alive_max']} threads alive at once; glibc's "
-                                      f"worst run here: {max(x['vmhwm_kb'] for x in runs[(t, ld, 'glibc')]) / g:.2f}x)")
+                rs = runs.get((t, ld, al), [])
+                over = [d for d in rs if d["vmhwm_kb"] > bound * g]
+                if len(over) < 2 and all(d["vmhwm_kb"] <= 2 * bound * g for d in over):
+                    continue
+                for d in over:
+                    errors.append(f"{al} on {t}, {ld}: {len(over)} of {len(rs)} runs above the "
+                                  f"bound {bound:g}x glibc's median ({g / 1024:.0f} MiB); this one's "
+                                  f"peak RSS is {d['vmhwm_kb'] / 1024:.0f} MiB, "
+                                  f"{d['vmhwm_kb'] / g:.2f}x (live at most "
+                                  f"{d['live_max_bytes'] / 2**20:.0f} MiB, "
+                                  f"{d['threads_alive_max']} threads alive at once; glibc's "
+                                  f"worst run here: {max(x['vmhwm_kb'] for x in runs[(t, ld, 'glibc')]) / g:.2f}x)")
         for al in bounded:
             if al not in allocs:
                 errors.append(f"{al} is bounded but has no run measured")
     ok = (f"Checks: all {len(good)} processes ran on the malloc they were given, every checksum "
           "equals glibc's for its shape"
-          + (f", and every run of {', '.join(bounded)} is within {bound:g}x glibc's median peak "
-             "RSS." if bound else "."))
+          + (f", and the runs of {', '.join(bounded)} are within {bound:g}x glibc's median peak "
+             f"RSS (at most one of a shape and load above it, and within {2 * bound:g}x)."
+             if bound else "."))
     return finish(a, out, errors, "stress.md", ok)
 
 
