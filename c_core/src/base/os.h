@@ -83,8 +83,9 @@ long mtp__os_anon_huge_kb(void);
 void *mtp__os_remap(void *p, size_t old_size, size_t new_size);
 /* As mtp__os_remap, to a range aligned to `alignment` (a power of two, a multiple of the OS
  * page): grown in place where p is aligned and the addresses after it are free, else moved
- * (MREMAP_FIXED) onto a fresh aligned mapping. NULL + ENOMEM, the old mapping unchanged. An
- * injected failure counts as that fresh mapping (growth in place maps nothing new). */
+ * (MREMAP_FIXED) onto a fresh aligned mapping. NULL + ENOMEM, the old mapping unchanged, also
+ * where it lies in more than one kernel mapping (part of it advised otherwise), which no move
+ * takes. An injected failure counts as that fresh mapping (growth in place maps nothing new). */
 void *mtp__os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
 
 #pragma GCC visibility pop
