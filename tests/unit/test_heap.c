@@ -9,7 +9,10 @@
  * does; threads that each allocate a little share slabs; trim gives the shared heaps' slabs
  * back; threads on CPUs of different shared heaps take their first blocks from different ones.
  * The partial list is a queue (the slab freed into first is used first), a thread that frees
- * into a slab it let go keeps more exhausted slabs of that class (past 128, all).
+ * into a slab it let go keeps more exhausted slabs of that class (past 128, all). Remote frees
+ * before fresh memory: a page's worth back is taken before the current slab carves its next OS
+ * page, and with no exhausted slab half back the one with the most (an eighth at least) is taken
+ * before a fresh slab.
  * The reuse lists: blocks the thread freed into its own slabs (above 1 KiB every such free, up to
  * 1 KiB frees into exhausted slabs while the current one is exhausted too), handed out again
  * newest first, free to the statistics and the walk, a second free reported, bounded, given back
@@ -481,6 +484,81 @@ static void test_freed_into_current_remote(void) {
   drop(pool, b, n);
 }
 
+/* Before the current slab carves its next OS page, a page's worth of blocks back from other
+ * threads is taken instead (resident already); less than a page's worth waits. */
+static void test_remote_before_carve(void) {
+  size_t os_page = mtp__os_page_size();
+  unsigned cls = mtp__class_of(64);
+  uint32_t per_page = (uint32_t)(os_page / 64);
+  void **b;
+  mtpi_pool_t *pool = fill(64, per_page, &b); /* the slab's first OS page, handed out whole */
+  mtp_pool_t *pub = mtp__pool_out(pool);
+  mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  mtpi_desc_t *s = h->current[cls];
+  CHECK(s->free == NULL && mtp__slab_bump(s) < s->end);
+  char *bump = mtp__slab_bump(s);
+  free_range_t r = {b, 0, per_page - 1}; /* one block short of a page's worth */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_range, &r) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  for (uint32_t i = 0; i < per_page - 1; i++) b[i] = NULL;
+  void *p = mtp_pool_alloc(pub, 64); /* carves the next page */
+  CHECK(p != NULL && (char *)p >= bump && mtp__run_of((uintptr_t)p) == s);
+  CHECK(mtp__slab_bump(s) > bump);
+  mtp_free(p);
+  mtp__heap_validate(h);
+  drop(pool, b, per_page);
+
+  /* a page's worth back: taken, nothing carved */
+  pool = fill(64, per_page, &b);
+  pub = mtp__pool_out(pool);
+  h = mtp__thread_heap(mtp__tl_thread, pool->id);
+  s = h->current[cls];
+  bump = mtp__slab_bump(s);
+  r = (free_range_t){b, 0, per_page};
+  CHECK(pthread_create(&t, NULL, free_range, &r) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  void **again = calloc(per_page, sizeof(void *));
+  CHECK(again != NULL);
+  for (uint32_t i = 0; i < per_page; i++) {
+    CHECK((again[i] = mtp_pool_alloc(pub, 64)) != NULL);
+    CHECK((char *)again[i] < bump && mtp__run_of((uintptr_t)again[i]) == s);
+  }
+  CHECK(mtp__slab_bump(s) == bump);
+  mtp__heap_validate(h);
+  for (uint32_t i = 0; i < per_page; i++) b[i] = again[i];
+  free(again);
+  drop(pool, b, per_page);
+}
+
+/* When no exhausted slab among the oldest has half of its blocks back, the one with the most back
+ * is taken if an eighth is, rather than a fresh slab; with less, a fresh slab. */
+static void test_most_back(void) {
+  unsigned cls = mtp__class_of(1024);
+  uint32_t cap = (uint32_t)((mtp__class_pages[cls] * MTP_PAGE_SIZE) / 1024);
+  for (int enough = 0; enough < 2; enough++) {
+    uint32_t n = cap * 3 + 1;
+    void **b;
+    mtpi_pool_t *pool = fill(1024, cap * 3, &b); /* S0, S1 exhausted and kept; S2 current */
+    b = realloc(b, n * sizeof(void *));
+    CHECK(b != NULL);
+    mtpi_heap_t *h = mtp__thread_heap(mtp__tl_thread, pool->id);
+    mtpi_desc_t *s1 = mtp__run_of((uintptr_t)b[cap]);
+    CHECK(s1->list == MTP_LIST_HEAP_FULL && h->current[cls] == mtp__run_of((uintptr_t)b[cap * 2]));
+    uint32_t back = cap / 8 - (enough ? 0 : 1);
+    free_range_t r = {b, cap, cap + back}; /* from another thread, into S1 */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, free_range, &r) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    for (uint32_t i = cap; i < cap + back; i++) b[i] = NULL;
+    /* S2 exhausted: to the full list (S0 let go); then S1, or a fresh slab */
+    CHECK((b[cap * 3] = mtp_pool_alloc(mtp__pool_out(pool), 1024)) != NULL);
+    CHECK((mtp__run_of((uintptr_t)b[cap * 3]) == s1) == (enough == 1));
+    mtp__heap_validate(h);
+    drop(pool, b, n);
+  }
+}
+
 /* A thread that frees into a slab it let go (detached when more than MTP_FULL_PER_CLASS were
  * exhausted) keeps twice as many exhausted slabs of that class owned from then on. */
 static void test_full_limit_grows(void) {
@@ -865,6 +943,8 @@ int main(void) {
   RUN(test_full_limit_unbounded);
   RUN(test_freed_into_current);
   RUN(test_freed_into_current_remote);
+  RUN(test_remote_before_carve);
+  RUN(test_most_back);
   RUN(test_reuse_small);
   RUN(test_reuse_lists);
   RUN(test_reuse_trim_keeps_newest);

@@ -91,6 +91,22 @@ static bool worth_collecting(mtpi_desc_t *s) {
   return MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) >= MTP_USED(s) / 2;
 }
 
+/* Whether the current slab s, about to carve its next OS page, has at least a page's worth of
+ * blocks back from other threads: those are resident already, the page is not, so they go first.
+ * Without this a thread whose blocks others free soon (responses, cache entries) carved each of
+ * its slabs to the end while most of their blocks waited on the remote lists. */
+static bool page_back(mtpi_desc_t *s) {
+  /* relaxed: a heuristic, as above */
+  return (size_t)MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) * s->block_size >=
+         mtp__os_page_size();
+}
+
+/* No exhausted slab among the oldest FULL_SCAN has half back: the one with the most back, if an
+ * eighth of its blocks is, rather than a fresh slab (memory no block uses yet), else NULL. */
+static mtpi_desc_t *most_back(mtpi_desc_t *best, uint32_t best_n) {
+  return best != NULL && best_n >= MTP_USED(best) / 8 ? best : NULL;
+}
+
 /* A fresh slab for class cls: from the heap's cache, the pool's partial list, or new pages. */
 static mtpi_desc_t *slab_acquire(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bool *due) {
   bool formatted;
@@ -119,8 +135,15 @@ mtpi_block_t *mtp__heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bo
     s = h->current[cls];
     if (s != &mtp__slab_empty) {
       if (s->free != NULL) break;
-      /* carved to its end is the usual case here: skip the call */
-      if (mtp__slab_bump(s) < s->end && mtp__slab_extend(s)) break;
+      /* carved to its end is the usual case here: skip the calls */
+      if (mtp__slab_bump(s) < s->end) {
+        if (page_back(s)) {
+          uint32_t n = mtp__slab_collect(s); /* n > 0: s->free holds blocks (slab.c) */
+          h->m.remote_collected += n;
+          if (n) break;
+        }
+        if (mtp__slab_extend(s)) break;
+      }
       if (worth_collecting(s)) {
         uint32_t n = mtp__slab_collect(s);
         if (n) {
@@ -135,9 +158,15 @@ mtpi_block_t *mtp__heap_take(mtpi_pool_t *pool, mtpi_heap_t *h, unsigned cls, bo
     if (s == NULL) { /* a full slab that other threads freed a good share of */
       /* the oldest first (they had the longest for frees to come back), FULL_SCAN at most: the
        * list may be long (full_keep_more), each a descriptor to read */
+      mtpi_desc_t *best = NULL;
+      uint32_t best_n = 0;
       s = mtp__desc_of_node(h->full[cls]);
-      for (unsigned k = 1; s != NULL && !worth_collecting(s); k++)
+      for (unsigned k = 1; s != NULL && !worth_collecting(s); k++) {
+        uint32_t n = MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)); /* relaxed: a heuristic */
+        if (n > best_n) best = s, best_n = n;
         s = k < FULL_SCAN ? mtp__desc_of_node(s->link.next) : NULL;
+      }
+      if (s == NULL) s = most_back(best, best_n);
       if (s) mtp__full_remove(h, s);
     } else {
       mtp__partial_remove(h, s);
