@@ -2,7 +2,8 @@
  * advice fresh memory gets (VmFlags "hg" / "nh" in /proc/self/smaps), a range found dense made one
  * huge page (AnonHugePages) and one found sparse left on small pages, the purge of a huge range
  * (whole once all its pages are free, kept whole while less than an eighth is free, split past
- * that), large blocks looked at and collapsed, and that a pool still gives its memory back (RSS)
+ * that), large blocks looked at and collapsed, blocks mapped on their own advised by the last one
+ * freed unadvised, and that a pool still gives its memory back (RSS)
  * through the purge thread. The setting is read once per process, so each setting runs in a child
  * process of its own (this program, run again). Skips (77) where the kernel has no transparent
  * huge pages. */
@@ -332,8 +333,8 @@ static long huge_kb_of(const void *p, long want, double wait_s) {
 
 /* In auto and 1: a block mapped on its own is looked at on the purge passes after it. Written
  * whole, its huge ranges are made huge pages (AnonHugePages); written a byte a huge range, none
- * is. Either way the next block mapped on its own gets fresh memory's advice: how one block was
- * used says nothing of the next. */
+ * is. Either way the next block mapped on its own while it lives gets fresh memory's advice: only
+ * a freed block judges the next (test_own_verdict). */
 static void looked_block(bool dense) {
   enum { SIZE = 16 << 20, H = 2 << 20 };
   int mode = mtp__hugepages_mode();
@@ -425,6 +426,46 @@ static void test_large_reserve(void) {
   mtp_pool_destroy(p);
 }
 
+/* In auto: blocks mapped on their own (above 4 MiB) are judged by the last one freed unadvised, a
+ * probe (mtp__large_own_advice): written whole, the next are advised huge from their first byte,
+ * all but one in 32, a probe again; a probe written a byte a huge range turns the advice off. A
+ * pool that purges at once caches no range, so every block here is a mapping of its own. */
+static void test_own_verdict(void) {
+  if (mtp__hugepages_mode() != MTP_HUGE_AUTO || mtp__os_thp_always()) return;
+  enum { SIZE = 6 << 20, H = 2 << 20 };
+  char flags[512] = "";
+  long ahp;
+  mtp_pool_t *p = th_pool("huge-verdict", 0, 0);
+  char *b = mtp_pool_alloc(p, SIZE);
+  REQUIRE(b != NULL && smaps_of(b, flags, sizeof flags, &ahp) == 0, "a 6 MiB block");
+  CHECK(!has_flag(flags, "hg")); /* no verdict yet: a probe */
+  memset(b, 1, SIZE);
+  CHECK(b[SIZE - 1] == 1);
+  mtp_free(b);
+  unsigned advised = 0;
+  for (unsigned i = 0; i < 64; i++) {
+    b = mtp_pool_alloc(p, SIZE);
+    REQUIRE(b != NULL && smaps_of(b, flags, sizeof flags, &ahp) == 0, "a 6 MiB block");
+    b[0] = 2;
+    if (has_flag(flags, "hg")) {
+      CHECK(((uintptr_t)b & (H - 1)) == 0);
+      advised++;
+      mtp_free(b);
+      continue;
+    }
+    for (size_t at = 0; at < SIZE; at += H) b[at] = 2; /* the probe, written sparsely */
+    mtp_free(b);
+    break;
+  }
+  printf("  6 MiB blocks after one written whole: %u advised huge, then a probe\n", advised);
+  CHECK_EQ_SZ(advised, 31);
+  b = mtp_pool_alloc(p, SIZE);
+  REQUIRE(b != NULL && smaps_of(b, flags, sizeof flags, &ahp) == 0, "a 6 MiB block");
+  CHECK(!has_flag(flags, "hg")); /* the probe was sparse */
+  mtp_free(b);
+  mtp_pool_destroy(p);
+}
+
 /* In the child: a pool's memory goes back through the purge thread with the setting in force. */
 static void test_pool_gives_back(void) {
   mtp_pool_t *p = th_pool("huge", 20, 0);
@@ -469,6 +510,7 @@ int main(int argc, char **argv) {
     if (mtp__huge_collapses()) RUN(test_collapse);
     RUN(test_large_reserve);
     RUN(test_own_whole_pages);
+    RUN(test_own_verdict);
     RUN(test_pool_gives_back);
     DONE();
   }

@@ -545,6 +545,7 @@ typedef struct mtpi_large {
   uint32_t look_backoff_ms;
   size_t look_at;
   bool huge_rest; /* its range is advised huge (a look found it dense from its start, or its mapping) */
+  bool probe;     /* LIVE: mapped for itself unadvised; its free judges the pool's own mappings */
 } mtpi_large_t;
 
 /* What the cache's searches read of a CACHED record, kept in one array per pool (the first
@@ -630,6 +631,10 @@ struct mtp_pool {
   size_t large_reserve_left;    /* its bytes */
   uint64_t large_reserve_origin; /* its origin */
   size_t large_looking; /* LIVE records with look_backoff_ms above 0 */
+  /* the verdict on blocks mapped for themselves (large_ranges.c): written under the large lock
+   * by a probe's free, read relaxed by the mappings (a hint: a stale read advises one block) */
+  mtpi_atomic_u8 large_dense;
+  mtpi_atomic_u64 large_own_maps; /* mappings judged by the verdict: every PROBE_EVERY-th probes */
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };

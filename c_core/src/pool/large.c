@@ -58,6 +58,7 @@ static void make_live(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size) {
   rec->cached = false;
   rec->look_backoff_ms = 0;
   rec->huge_rest = false;
+  rec->probe = false;
   mtp__list_push(&pool->large, &rec->link);
   pool->large_count++;
   pool->large_bytes += rec->map_size;
@@ -89,16 +90,17 @@ static void advise_own(void *m, size_t len, int advice) {
 
 /* rec (its pool set, in no list nor the hash) takes the range [m, m + map_size) for a block of
  * size bytes: filed in the hash under `origin` (0: a mapping of its own, a new origin) and made
- * LIVE; looked at on the purge passes for dense huge ranges where the caller can wake the purger
- * (look: then set if it is). */
+ * LIVE, a probe or not (mtp__large_own_advice); looked at on the purge passes for dense huge
+ * ranges where the caller can wake the purger (look: then set if it is). */
 static void go_live(mtpi_large_t *rec, void *m, size_t map_size, size_t size, uint64_t origin,
-                    bool *look) {
+                    bool probe, bool *look) {
   rec->ptr = rec->map = m;
   rec->map_size = map_size;
   pthread_mutex_lock(&mtp__large_lock);
   rec->origin = origin != 0 ? origin : ++mtp__large_origin_count;
   mtp__large_hash_insert(rec);
   make_live(rec->pool, rec, size);
+  rec->probe = probe;
   if (look != NULL) {
     mtp__large_look_start(rec->pool, rec);
     *look = rec->look_backoff_ms != 0;
@@ -107,10 +109,10 @@ static void go_live(mtpi_large_t *rec, void *m, size_t map_size, size_t size, ui
 }
 
 /* A range mapped for one block, aligned to the huge page size where one fits, so that its huge
- * ranges can be huge pages, and advised as fresh large memory is; *size: the block's
- * page-rounded bytes, on return the range's (own_length). */
-static void *map_own(mtpi_pool_t *pool, size_t *size, size_t alignment) {
-  int advice = mtp__large_fresh_advice(pool, *size);
+ * ranges can be huge pages, and advised as the pool's own mappings are (*probe: judged at its
+ * free); *size: the block's page-rounded bytes, on return the range's (own_length). */
+static void *map_own(mtpi_pool_t *pool, size_t *size, size_t alignment, bool *probe) {
+  int advice = mtp__large_own_advice(pool, *size, probe);
   *size = own_length(pool, advice, *size);
   size_t hsize = mtp__large_huge_size();
   if (hsize != 0 && *size >= hsize && alignment < hsize) alignment = hsize;
@@ -135,7 +137,8 @@ static void check_freed_fill(mtpi_large_t *rec) {
 static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size_t map_size,
                          bool zero, bool *look) {
   check_freed_fill(rec);
-  int advice = mtp__large_fresh_advice(pool, map_size);
+  bool probe; /* not one: the range has a past (resident pages, maybe advice) */
+  int advice = mtp__large_own_advice(pool, map_size, &probe);
   map_size = own_length(pool, advice, map_size);
   size_t old_size = rec->map_size, hsize = mtp__large_huge_size();
   mtp__track_unmap(rec->map, old_size); /* no stale poison where the range was */
@@ -147,7 +150,7 @@ static void *grow_cached(mtpi_pool_t *pool, mtpi_large_t *rec, size_t size, size
   }
   advise_own(m, map_size, advice);
   if (zero) memset(m, 0, size < old_size ? size : old_size); /* the grown tail is fresh: zero */
-  go_live(rec, m, map_size, size, 0, look); /* a mapping of its own now */
+  go_live(rec, m, map_size, size, 0, false, look); /* a mapping of its own now */
   return m;
 }
 
@@ -193,9 +196,10 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   if (rec == NULL) return NULL;
   uint64_t origin = 0;
   void *m = NULL;
+  bool probe = false;
   if (mtp__large_caches(pool) && alignment <= os_page && map_size <= MTP_LARGE_RESERVE_TAKE_MAX)
     m = mtp__large_reserve_take(pool, map_size, &origin);
-  if (m == NULL) m = map_own(pool, &map_size, alignment > os_page ? alignment : os_page);
+  if (m == NULL) m = map_own(pool, &map_size, alignment > os_page ? alignment : os_page, &probe);
   if (m == NULL) {
     mtp__meta_free(rec, sizeof(*rec));
     errno = ENOMEM;
@@ -203,7 +207,7 @@ static void *large_alloc(mtpi_pool_t *pool, size_t size, size_t room, size_t ali
   }
   if (pool->check) memset((char *)m + size, CANARY, map_size - size);
   rec->pool = pool;
-  go_live(rec, m, map_size, size, origin, look);
+  go_live(rec, m, map_size, size, origin, probe, look);
   return m;
 }
 
@@ -265,6 +269,7 @@ int mtp__large_free(void *p, size_t size, bool sized) {
     return MTP_LARGE_FREED;
   }
   mtpi_pool_t *pool = rec->pool;
+  if (rec->probe) mtp__large_judge(pool, rec);
   unlive(pool, rec);
   mtpi_large_t *evict = NULL;
   bool cached = pool->check ? mtp__large_quarantine_put(pool, rec, &evict)

@@ -155,15 +155,16 @@ uint64_t mtp__large_origin_count; /* large lock: the last origin handed out (typ
 
 /* Huge pages for large blocks (the rule: base.h). The reserve and every range mapped for one block
  * are aligned to the huge page size, so that each aligned huge range of them can be one huge page.
- * Fresh large memory gets the advice of memory not yet found dense (mtp__huge_fresh_advice): how
- * one block is used says nothing of the next, so no block is huge before it is written, but for
- * a block found dense from its start. A LIVE block of a huge range or more is looked
- * at on the purge passes after its allocation (mtp__large_look_start; again after LOOK_FIRST_MS,
- * doubling up to LOOK_LAST_MS, then no more): a look reads up to LOOK_BYTES of it from where the
- * last stopped (mincore, large lock held), and each aligned huge range found
- * MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page (after the lock is dropped). A
- * block's first look that finds the ranges before the one being written (two at least) dense
- * advises it huge, whole (a buffer filled front to back faults its rest in 2 MiB at a time).
+ * Fresh large memory gets the advice of memory not yet found dense (mtp__huge_fresh_advice): no
+ * block is huge before it is written, but for a block found dense from its start and the blocks
+ * mapped for themselves that follow a dense one (mtp__large_own_advice). A LIVE block of a huge
+ * range or more is looked at on the purge passes after its allocation (mtp__large_look_start;
+ * again after LOOK_FIRST_MS, doubling up to LOOK_LAST_MS, then no more): a look reads up to
+ * LOOK_BYTES of it from where the last stopped (mincore, large lock held), and each aligned huge
+ * range found MTP_HUGE_DENSE_NUM/DEN resident is collapsed into one huge page (after the lock is
+ * dropped). A block's first look that finds the ranges before the one being written (two at
+ * least) dense advises it huge, whole (a buffer filled front to back faults its rest in 2 MiB at a
+ * time).
  * Returns the huge page size where large blocks may have huge pages, else 0. */
 #define LOOK_FIRST_MS 100u
 #define LOOK_LAST_MS 6400u
@@ -183,6 +184,28 @@ int mtp__large_fresh_advice(mtpi_pool_t *pool, size_t size) {
   (void)pool;
   if (huge_size() == 0 || size < huge_size()) return -1;
   return mtp__huge_fresh_advice(false);
+}
+
+/* Blocks above MTP_LARGE_RESERVE_TAKE_MAX are mapped for themselves, and the ones freed before
+ * say how the next are used: a block mapped unadvised is a probe, which its free judges by its
+ * first LOOK_BYTES (mincore). Found MTP_HUGE_DENSE_NUM/DEN resident, the pool's next own mappings
+ * are advised huge from their first byte, all but one in PROBE_EVERY, left unadvised to be judged
+ * in turn; found sparser, none is. A program that fills big buffers and frees them faults them in
+ * 2 MiB at a time (bench/results/notes.md: malloc-large), while the reserve's blocks, up to 4 MiB,
+ * never get this advice (a verdict that advised the reserve made an LDAP server's memory 4.9x
+ * glibc's: bench/results/notes.md). */
+#define PROBE_EVERY 32
+int mtp__large_own_advice(mtpi_pool_t *pool, size_t size, bool *probe) {
+  int advice = mtp__large_fresh_advice(pool, size);
+  *probe = false;
+  if (advice == 1 || size <= MTP_LARGE_RESERVE_TAKE_MAX || size < 2 * huge_size() ||
+      !mtp__huge_collapses() || pool->check)
+    return advice;
+  if (mtp__u8_load_relaxed(&pool->large_dense) &&
+      mtp__u64_fetch_add_relaxed(&pool->large_own_maps, 1) % PROBE_EVERY != PROBE_EVERY - 1)
+    return mtp__huge_fresh_advice(true);
+  *probe = true;
+  return advice;
 }
 
 void mtp__large_look_start(mtpi_pool_t *pool, mtpi_large_t *rec) {
@@ -207,10 +230,25 @@ void mtp__large_forget_looks(mtpi_pool_t *pool) {
     mtp__large_look_stop(pool, mtp__large_rec_of(it));
 }
 
+/* What mincore says of a look's or a judge's bytes (large lock held; pages of 4 KiB at least). */
+static unsigned char look_vec[LOOK_BYTES / 4096];
+
+void mtp__large_judge(mtpi_pool_t *pool, const mtpi_large_t *rec) {
+  size_t page = mtp__os_page_size();
+  size_t len = (rec->map_size < LOOK_BYTES ? rec->map_size : LOOK_BYTES) & ~(page - 1);
+  if (len == 0 || page * sizeof look_vec < len ||
+      mtp__os_resident_map(rec->map, len, look_vec) != 0)
+    return;
+  size_t got = 0;
+  for (size_t i = 0; i < len / page; i++) got += look_vec[i] & 1;
+  mtp__u8_store_relaxed(&pool->large_dense,
+                        got * MTP_HUGE_DENSE_DEN >= (len / page) * MTP_HUGE_DENSE_NUM);
+}
+
 /* Large lock held (the block is not freed meanwhile): the look at rec; the dense ranges it found
  * that the caller collapses once the lock is dropped go into todo (at most *n more). */
 static void look_one(mtpi_large_t *rec, char **todo, unsigned *n) {
-  static unsigned char vec[LOOK_BYTES / 4096]; /* large lock; huge_size: 4 KiB pages at least */
+  unsigned char *vec = look_vec;
   size_t page = mtp__os_page_size(), hsize = huge_size();
   uintptr_t first = ((uintptr_t)rec->map + hsize - 1) & ~(uintptr_t)(hsize - 1);
   uintptr_t end = ((uintptr_t)rec->map + rec->map_size) & ~(uintptr_t)(hsize - 1);
@@ -219,7 +257,8 @@ static void look_one(mtpi_large_t *rec, char **todo, unsigned *n) {
   size_t len = end - first - rec->look_at;
   if (len > LOOK_BYTES) len = LOOK_BYTES;
   rec->look_at += len;
-  if (len == 0 || page * sizeof vec < len || mtp__os_resident_map(at, len, vec) != 0) return;
+  if (len == 0 || page * sizeof look_vec < len || mtp__os_resident_map(at, len, vec) != 0)
+    return;
   bool dense[64];
   size_t per = hsize / page, ranges = len / hsize, last = 0; /* last: ranges up to a resident page */
   if (ranges > sizeof dense) ranges = sizeof dense;

@@ -44,6 +44,11 @@ void mtp__large_reserve_drop(mtpi_pool_t *pool, char **at, size_t *len);
  * a range aligned to huge pages, its room rounded up to them, and advised huge, else 0. */
 size_t mtp__large_huge_size(void);
 int mtp__large_fresh_advice(mtpi_pool_t *pool, size_t size);
+/* The advice a range mapped for one block of `size` bytes gets (map_own); *probe: the block is
+ * to be judged at its free (mtp__large_judge). No lock needed. */
+int mtp__large_own_advice(mtpi_pool_t *pool, size_t size, bool *probe);
+/* Large lock held: rec, a probe being freed, judged: the verdict for the pool's next own mappings. */
+void mtp__large_judge(mtpi_pool_t *pool, const mtpi_large_t *rec);
 size_t mtp__large_grow_huge(mtpi_pool_t *pool, size_t new_size);
 /* rec was just made LIVE: looked at on the purge passes that follow if it is a huge range or more
  * (large_alloc's caller wakes the purger: mtp__purger_look); stop: rec leaves the LIVE records,
