@@ -21,6 +21,10 @@
 #   --allocs "glibc mtpool ..."  a subset of the allocators
 #   --peer NAME=/path/lib.so     one more malloc to preload (NAME begins with its family)
 #   --threads N            the "N" tests' thread count
+#   --warm-mib M           before each process, M MiB mapped advised huge, touched and unmapped
+#                          (bench/programs/runstat.c): on a VM that reports free memory to its
+#                          host, a program's first touches otherwise pay the host's faults too,
+#                          the more so on huge pages (bench/results/notes.md); default 0
 #   --out DIR              where mibench.md and mibench.jsonl go (default build-mibench/results,
 #                          beside the build)
 #   --publish              into the committed bench/results/ (--out bench/results): a run the
@@ -47,7 +51,7 @@ ALL_TESTS="cfrac espresso barnes alloc-test1 alloc-testN larsonN larsonN-sized x
   cache-thrash1 cache-thrashN cache-scratch1 cache-scratchN malloc-large mstressN mleak10 mleak100
   rptestN glibc-simple glibc-thread"
 
-src=${MTPOOL_MIBENCH_SRC:-} rev=HEAD peers="" build=1 reps=3 tests="" allocs="" threads=$(nproc) out=""
+src=${MTPOOL_MIBENCH_SRC:-} rev=HEAD peers="" build=1 reps=3 tests="" allocs="" threads=$(nproc) out="" warm=0
 security=0
 usage() { sed -n '2,36p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -63,6 +67,7 @@ while [ $# -gt 0 ]; do
     --allocs) allocs=$2; shift ;;
     --peer) add_peer "$2"; peers="$peers ${2%%=*}"; shift ;;
     --threads) threads=$2; shift ;;
+    --warm-mib) warm=$2; shift ;;
     --out) out=$2; shift ;;
     --publish) out=$PUBLISHED ;;
     *) usage ;;
@@ -203,7 +208,7 @@ raw=$out/mibench.jsonl
 rm -f "$raw"
 run=$BUILD/run
 mkdir -p "$run"
-note "tests: ${tests//$'\n'/ }; threads: $threads; reps: $reps; allocators:$run_allocs; output $out"
+note "tests: ${tests//$'\n'/ }; threads: $threads; reps: $reps; warm-up: $warm MiB; allocators:$run_allocs; output $out"
 rc=0
 for rep in $(seq 1 "$reps"); do
   for t in $tests; do
@@ -212,7 +217,7 @@ for rep in $(seq 1 "$reps"); do
       lib_var="LIB_$(lib_var_name "$a")"
       rm -f "$run/which.log"
       prc=0 ok=true
-      line=$(cd "$run" && MTPOOL_WHICH_LOG=$run/which.log "$BUILD/runstat" \
+      line=$(cd "$run" && MTPOOL_WHICH_LOG=$run/which.log "$BUILD/runstat" --warm-mib "$warm" \
         --preload "${!lib_var:+${!lib_var} }$WHICH" --in "$IN" --out "$run/out.txt" -- "${CMD[@]}") || prc=$?
       check_log "$run/which.log" "$a" >/dev/null || ok=false
       # the fixed-time tests' own count, as bench.sh turns it into a relative time
@@ -243,7 +248,7 @@ done
 elapsed=$(( $(date +%s) - t_start ))
 mt_lib=${LIB_mtpool:-}
 python3 "$ROOT/bench/mibench/report.py" --in "$raw" --out "$out" --elapsed "$elapsed" \
-  --machine "$(machine_line)" --skipped "$skipped" --reps "$reps" --threads "$threads" \
+  --machine "$(machine_line)" --skipped "$skipped" --reps "$reps" --threads "$threads" --warm-mib "$warm" \
   --origin "$origin" --versions "$(malloc_versions "$run_allocs")" \
   --mtpool-lib "${mt_lib:+$mt_lib ($(sha256sum "$mt_lib" | cut -c1-12))}" || rc=1
 note "done in ${elapsed} s: $out/mibench.md"

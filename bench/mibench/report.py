@@ -95,7 +95,7 @@ def main():
     ap = argparse.ArgumentParser()
     for opt in ("in", "out", "machine", "skipped", "versions", "mtpool-lib", "origin"):
         ap.add_argument("--" + opt, default="")
-    for opt in ("elapsed", "reps", "threads"):
+    for opt in ("elapsed", "reps", "threads", "warm-mib"):
         ap.add_argument("--" + opt, type=int, default=0)
     ap.add_argument("--security", action="store_true")
     a = ap.parse_args()
@@ -126,8 +126,10 @@ def main():
           f"built from {a.origin or 'its sources'} with its own CMake file), each allocator "
           "through `LD_PRELOAD` (glibc: none), with the arguments its `bench.sh` gives them.", ""]
     md += common.run_notes(a.machine, a.mtpool_lib, a.skipped, a.versions)
+    warm = (f", each process after {a.warm_mib} MiB were touched and unmapped (`--warm-mib`: the "
+            "host backs the memory the programs fault in)" if a.warm_mib else "")
     md += [f"Run: {a.reps} repetitions (outermost; the allocators interleaved inside), N = "
-           f"{a.threads} threads, {a.elapsed // 60} min {a.elapsed % 60} s in all.", ""]
+           f"{a.threads} threads{warm}, {a.elapsed // 60} min {a.elapsed % 60} s in all.", ""]
 
     def ratios(med, ref_of):
         out = defaultdict(list)

@@ -6,11 +6,15 @@
  * runs (bench/tools/smaps.h: a process cannot be read once it has exited, so the peak of samples).
  * Used by scripts/bench_programs.sh.
  *
- *   runstat [--preload LIBS] [--in FILE] [--out FILE] [--dir DIR] [--repeat N] -- CMD ARG...
+ *   runstat [--preload LIBS] [--in FILE] [--out FILE] [--dir DIR] [--repeat N] [--warm-mib M]
+ *           -- CMD ARG...
  *
  * --preload sets LD_PRELOAD in the child only (runstat itself runs on glibc). --out takes the
  * child's stdout (stderr goes to FILE.err); --in its stdin (default /dev/null). --repeat runs the
- * command N times in a row and prints one line with the N values of each measure. Exits 1 if a run
+ * command N times in a row and prints one line with the N values of each measure. --warm-mib M:
+ * before each run, runstat maps M MiB advised huge, touches and unmaps it, outside every figure
+ * (on a VM that reports free memory to its host, memory freed seconds before is faulted back in
+ * by the host at the program's first touch: bench/results/notes.md; default 0). Exits 1 if a run
  * exits non-zero (after printing its line, with "rc"), 2 on bad usage. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -34,8 +39,20 @@ static double now(void) {
 
 static double tv(struct timeval t) { return (double)t.tv_sec + (double)t.tv_usec * 1e-6; }
 
+/* --warm-mib: straight from the OS, in runstat's own process, before the child exists. */
+static void warm_memory(long mib) {
+  if (mib <= 0) return;
+  size_t len = (size_t)mib << 20;
+  char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return;
+  (void)madvise(m, len, MADV_HUGEPAGE);
+  for (size_t i = 0; i < len; i += 4096) ((volatile char *)m)[i] = 1;
+  munmap(m, len);
+}
+
 static void usage(void) {
-  fprintf(stderr, "usage: runstat [--preload LIBS] [--in FILE] [--out FILE] [--dir DIR] [--repeat N] -- CMD ARG...\n");
+  fprintf(stderr, "usage: runstat [--preload LIBS] [--in FILE] [--out FILE] [--dir DIR] [--repeat N] "
+                  "[--warm-mib M] -- CMD ARG...\n");
   exit(2);
 }
 
@@ -50,7 +67,7 @@ static void redirect(const char *path, int fd, int flags) {
 
 int main(int argc, char **argv) {
   const char *preload = NULL, *in = "/dev/null", *out = NULL, *dir = NULL;
-  long repeat = 1;
+  long repeat = 1, warm_mib = 0;
   int i = 1;
   for (; i < argc; i++) {
     if (!strcmp(argv[i], "--")) {
@@ -63,9 +80,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--out")) out = argv[++i];
     else if (!strcmp(argv[i], "--dir")) dir = argv[++i];
     else if (!strcmp(argv[i], "--repeat")) repeat = strtol(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--warm-mib")) warm_mib = strtol(argv[++i], NULL, 10);
     else usage();
   }
-  if (i >= argc || repeat < 1 || repeat > 100000) usage();
+  if (i >= argc || repeat < 1 || repeat > 100000 || warm_mib < 0 || warm_mib > (1L << 20)) usage();
   char **cmd = argv + i;
   char errpath[4096];
   if (out) snprintf(errpath, sizeof errpath, "%s.err", out);
@@ -77,6 +95,7 @@ int main(int argc, char **argv) {
   if (!wall || !cpu || !rss || !minflt || !majflt || !huge || !user || !sys) return 2;
   int rc = 0;
   for (long r = 0; r < repeat; r++) {
+    warm_memory(warm_mib);
     double t0 = now();
     pid_t pid = fork();
     if (pid < 0) {
