@@ -45,6 +45,7 @@
 #include "bench_families.h"
 #include "seed_workload.h"
 #include "tools/smaps.h"
+#include "tools/warm.h"
 
 namespace mtpool_bench {
 namespace {
@@ -59,16 +60,6 @@ struct options {
   long warm_mib = 0;
 };
 
-// --warm-mib: straight from the OS, so the allocator under test sees none of it.
-void warm_memory(long mib) {
-  if (mib <= 0) return;
-  const std::size_t len = static_cast<std::size_t>(mib) << 20;
-  void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return;
-  (void)madvise(m, len, MADV_HUGEPAGE);
-  for (std::size_t i = 0; i < len; i += 4096) static_cast<volatile char *>(m)[i] = 1;
-  munmap(m, len);
-}
 
 #if _GLIBCXX_USE_CXX11_ABI
 constexpr const char *abi = "cxx11";
@@ -440,7 +431,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "mtpool_proc: --threads >= 1 and --len <= 64\n");
     return 2;
   }
-  warm_memory(o.warm_mib);
+  bench_warm_memory(o.warm_mib);
   std::signal(SIGALRM, on_timeout);
   alarm(o.timeout);
   bool found = false;

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -30,6 +29,7 @@
 #include <unistd.h>
 
 #include "../tools/smaps.h"
+#include "../tools/warm.h"
 
 static double now(void) {
   struct timespec ts;
@@ -39,16 +39,6 @@ static double now(void) {
 
 static double tv(struct timeval t) { return (double)t.tv_sec + (double)t.tv_usec * 1e-6; }
 
-/* --warm-mib: straight from the OS, in runstat's own process, before the child exists. */
-static void warm_memory(long mib) {
-  if (mib <= 0) return;
-  size_t len = (size_t)mib << 20;
-  char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return;
-  (void)madvise(m, len, MADV_HUGEPAGE);
-  for (size_t i = 0; i < len; i += 4096) ((volatile char *)m)[i] = 1;
-  munmap(m, len);
-}
 
 static void usage(void) {
   fprintf(stderr, "usage: runstat [--preload LIBS] [--in FILE] [--out FILE] [--dir DIR] [--repeat N] "
@@ -95,7 +85,7 @@ int main(int argc, char **argv) {
   if (!wall || !cpu || !rss || !minflt || !majflt || !huge || !user || !sys) return 2;
   int rc = 0;
   for (long r = 0; r < repeat; r++) {
-    warm_memory(warm_mib);
+    bench_warm_memory(warm_mib); /* in runstat's own process, before the child exists */
     double t0 = now();
     pid_t pid = fork();
     if (pid < 0) {
