@@ -92,9 +92,9 @@ static bool worth_collecting(mtpi_desc_t *s) {
 }
 
 /* Whether the current slab s, about to carve its next OS page, has at least a page's worth of
- * blocks back from other threads: those are resident already, the page is not, so they go first.
- * Without this a thread whose blocks others free soon (responses, cache entries) carved each of
- * its slabs to the end while most of their blocks waited on the remote lists. */
+ * blocks back from other threads: those are resident already, the page is not, so they go first
+ * (else a thread whose blocks others free soon, as a server's responses and cache entries, carves
+ * each slab to its end while most of its blocks wait on the remote list). */
 static bool page_back(mtpi_desc_t *s) {
   /* relaxed: a heuristic, as above */
   return (size_t)MTP_TF_COUNT(mtp__load_relaxed(&s->thread_free)) * s->block_size >=
