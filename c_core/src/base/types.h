@@ -634,7 +634,9 @@ struct mtp_pool {
   /* the verdict on blocks mapped for themselves (large_ranges.c): written under the large lock
    * by a probe's free, read relaxed by the mappings (a hint: a stale read advises one block) */
   mtpi_atomic_u8 large_dense;
-  mtpi_atomic_u64 large_own_maps; /* mappings judged by the verdict: every PROBE_EVERY-th probes */
+  /* mappings the verdict advised or left as the next probe (every PROBE_EVERY-th): any mapping
+   * thread adds 1, relaxed, no lock (a count: which mapping probes needs no order) */
+  mtpi_atomic_u64 large_own_maps;
   /* registry (registry lock) */
   mtpi_node_t reg_link;
 };
